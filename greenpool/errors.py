@@ -1,0 +1,112 @@
+"""The errors greenpool raises.
+
+Each pool error derives from the PyMongo error an application already catches
+for the same condition, so ``except pymongo.errors.AutoReconnect`` and retry
+loops written for PyMongo keep working.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pymongo import errors as _pymongo_errors
+
+from greenpool.address import Address, format_address
+
+__all__ = [
+    "ConfigurationError",
+    "PoolClearedError",
+    "PoolClosedError",
+    "WaitQueueTimeoutError",
+]
+
+
+class ConfigurationError(_pymongo_errors.ConfigurationError, ValueError):
+    """An option has a bad name, type or value; the message names it."""
+
+    __module__ = "greenpool"
+
+
+class PoolClosedError(_pymongo_errors.PyMongoError):
+    """A checkout was attempted on a closed pool."""
+
+    __module__ = "greenpool"
+
+    message = "Attempted to check out a connection from closed connection pool"
+
+    def __init__(self, address: Address) -> None:
+        super().__init__(f"{self.message} {format_address(address)}")
+        self.address = address
+
+
+class PoolClearedError(_pymongo_errors.AutoReconnect):
+    """The pool was cleared (or is paused): retry the operation.
+
+    Raised to checkouts waiting when the pool is cleared, to checkouts on a
+    paused pool, and to operations whose connection was interrupted by a clear.
+    It is an :class:`~pymongo.errors.AutoReconnect`, which PyMongo and
+    greenpool treat as retryable; it never marks a server Unknown.
+    """
+
+    __module__ = "greenpool"
+
+    def __init__(
+        self, message: str, address: Address, *, cause: BaseException | None = None
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.address = address
+        self.cause = cause
+
+    @classmethod
+    def cleared(cls, address: Address, cause: BaseException | None) -> PoolClearedError:
+        """The spec's error for a checkout refused because of a clear."""
+        what = repr(cause) if cause is not None else "an unknown error"
+        message = (
+            f"Connection pool for {format_address(address)} was cleared because "
+            f"another operation failed with: {what}"
+        )
+        return cls(message, address, cause=cause)
+
+    @classmethod
+    def not_ready(cls, address: Address) -> PoolClearedError:
+        """A checkout on a pool that was never marked ready."""
+        message = (
+            f"Connection pool for {format_address(address)} is paused: "
+            "the server has not been checked yet"
+        )
+        return cls(message, address)
+
+    @classmethod
+    def interrupted(cls, address: Address) -> PoolClearedError:
+        """The spec's error for a connection interrupted by clear(interrupt...)."""
+        message = (
+            f"Connection to {format_address(address)} interrupted due to server monitor timeout"
+        )
+        return cls(message, address)
+
+    @classmethod
+    def forked(cls, address: Address) -> PoolClearedError:
+        """A checkout that began in the parent and woke up in a forked child."""
+        message = f"Connection pool for {format_address(address)} was reset after a fork"
+        return cls(message, address)
+
+
+class WaitQueueTimeoutError(_pymongo_errors.WaitQueueTimeoutError):
+    """No connection became available within the checkout timeout.
+
+    ``message`` is the spec's text; ``str(error)`` adds the address and the
+    pool's counts at the moment of the timeout, which is what you need to tell
+    a pool that is too small from connections that are never checked in.
+    In load-balanced mode ``str(error)`` is exactly the Load Balancer spec's
+    message with the in-use counts by purpose.
+    """
+
+    __module__ = "greenpool"
+
+    message = "Timed out while checking out a connection from connection pool"
+
+    def __init__(self, address: Address, text: str, **details: Any) -> None:
+        super().__init__(text)
+        self.address = address
+        self.details = details

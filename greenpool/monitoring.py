@@ -1,0 +1,241 @@
+"""CMAP events and log messages: one funnel for everything a pool reports.
+
+Events are PyMongo's own event classes, delivered to objects implementing
+:class:`pymongo.monitoring.ConnectionPoolListener`, so a listener written for
+PyMongo works unchanged. Each event also produces the spec's log message on
+the ``greenpool.connection`` logger at DEBUG: the record's message is the
+spec's unstructured form, and ``record.structured`` holds the structured
+form (a dict with ``message``, ``serverHost``, ``serverPort``, ...).
+
+Ordering and safety. The pool changes its state without yielding and only
+then reports. Reports go into an outbox that is emptied in order at the end
+of each pool operation (``flush``), so
+
+* a listener that blocks (yields) or raises never sees, or leaves, the pool
+  half-changed, and a listener's exception is logged, never propagated;
+* events come out in the order the changes happened, whichever greenlet
+  flushes them, and a greenlet killed while flushing loses nothing: the next
+  flush delivers the rest.
+
+Deferred side effects that must not run inside a state change (closing a
+connection's transport) go through the same outbox.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from bson.objectid import ObjectId
+from pymongo import monitoring as _m
+
+from greenpool.address import Address
+
+__all__ = ["LOGGER", "Publisher", "check_listeners"]
+
+LOGGER = logging.getLogger("greenpool.connection")
+_ERRORS = logging.getLogger("greenpool")
+
+# The spec's log message reasons, by event reason.
+CLOSED_REASONS = {
+    _m.ConnectionClosedReason.STALE: "Connection became stale because the pool was cleared",
+    _m.ConnectionClosedReason.IDLE: (
+        "Connection has been available but unused for longer than the configured max idle time"
+    ),
+    _m.ConnectionClosedReason.ERROR: "An error occurred while using the connection",
+    _m.ConnectionClosedReason.POOL_CLOSED: "Connection pool was closed",
+}
+CHECKOUT_FAILED_REASONS = {
+    _m.ConnectionCheckOutFailedReason.TIMEOUT: (
+        "Wait queue timeout elapsed without a connection becoming available"
+    ),
+    _m.ConnectionCheckOutFailedReason.CONN_ERROR: (
+        "An error occurred while trying to establish a new connection"
+    ),
+    _m.ConnectionCheckOutFailedReason.POOL_CLOSED: "Connection pool was closed",
+}
+
+Effect = tuple[Callable[..., None], tuple[Any, ...]]
+
+
+def check_listeners(listeners: Iterable[object]) -> tuple[_m.ConnectionPoolListener, ...]:
+    """Validate pool listeners: each must be a ConnectionPoolListener."""
+    checked = []
+    for listener in listeners:
+        if not isinstance(listener, _m.ConnectionPoolListener):
+            raise TypeError(
+                f"pool listeners must implement pymongo.monitoring.ConnectionPoolListener, "
+                f"not {listener!r}"
+            )
+        checked.append(listener)
+    return tuple(checked)
+
+
+class Publisher:
+    """Builds, queues and delivers one pool's events and log messages."""
+
+    __slots__ = ("_outbox", "address", "host", "listeners", "port")
+
+    def __init__(self, address: Address, listeners: Iterable[object] = ()) -> None:
+        self.address = address
+        self.host, self.port = address
+        self.listeners = check_listeners(listeners)
+        self._outbox: deque[Effect] = deque()
+
+    @property
+    def active(self) -> bool:
+        """Whether anyone listens: events are only built when this is true."""
+        return bool(self.listeners) or LOGGER.isEnabledFor(logging.DEBUG)
+
+    # -- the outbox -----------------------------------------------------------
+
+    def later(self, effect: Callable[..., None], *args: Any) -> None:
+        """Run ``effect(*args)`` at the next flush, after the state change."""
+        self._outbox.append((effect, args))
+
+    def flush(self) -> None:
+        """Deliver everything queued, in order."""
+        outbox = self._outbox
+        while outbox:
+            effect, args = outbox.popleft()
+            try:
+                effect(*args)
+            except Exception:
+                name = getattr(effect, "__name__", effect)
+                _ERRORS.exception("greenpool: %s%r failed", name, args)
+
+    # -- the 11 CMAP events ---------------------------------------------------
+
+    def pool_created(self, options: dict[str, Any]) -> None:
+        if self.active:
+            where = self._where()
+            listed = ", ".join(f"{name}={value}" for name, value in options.items())
+            self._post(
+                "pool_created", _m.PoolCreatedEvent(self.address, options),
+                {"message": "Connection pool created", **options},
+                f"Connection pool created for {where} using options {listed}".rstrip(),
+            )
+
+    def pool_ready(self) -> None:
+        if self.active:
+            self._post("pool_ready", _m.PoolReadyEvent(self.address),
+                       {"message": "Connection pool ready"},
+                       f"Connection pool ready for {self._where()}")
+
+    def pool_cleared(self, service_id: ObjectId | None, interrupt: bool) -> None:
+        if self.active:
+            fields: dict[str, Any] = {"message": "Connection pool cleared"}
+            text = f"Connection pool for {self._where()} cleared"
+            if service_id is not None:
+                fields["serviceId"] = str(service_id)
+                text += f" for serviceId {service_id}"
+            event = _m.PoolClearedEvent(self.address, service_id, interrupt)
+            self._post("pool_cleared", event, fields, text)
+
+    def pool_closed(self) -> None:
+        if self.active:
+            self._post("pool_closed", _m.PoolClosedEvent(self.address),
+                       {"message": "Connection pool closed"},
+                       f"Connection pool closed for {self._where()}")
+
+    def connection_created(self, conn_id: int) -> None:
+        if self.active:
+            self._post("connection_created", _m.ConnectionCreatedEvent(self.address, conn_id),
+                       {"message": "Connection created", "driverConnectionId": conn_id},
+                       f"Connection created: address={self._where()}, "
+                       f"driver-generated ID={conn_id}")
+
+    def connection_ready(self, conn_id: int, duration: float) -> None:
+        if self.active:
+            ms = duration * 1000
+            self._post(
+                "connection_ready", _m.ConnectionReadyEvent(self.address, conn_id, duration),
+                {"message": "Connection ready", "driverConnectionId": conn_id, "durationMS": ms},
+                f"Connection ready: address={self._where()}, driver-generated ID={conn_id}, "
+                f"established in={ms:.3f} ms",
+            )
+
+    def connection_closed(self, conn_id: int, reason: str, error: BaseException | None) -> None:
+        if self.active:
+            text_reason = CLOSED_REASONS[reason]
+            fields: dict[str, Any] = {
+                "message": "Connection closed", "driverConnectionId": conn_id,
+                "reason": text_reason,
+            }
+            text = (f"Connection closed: address={self._where()}, driver-generated ID={conn_id}. "
+                    f"Reason: {text_reason}.")
+            if error is not None:
+                fields["error"] = _describe(error)
+                text += f" Error: {fields['error']}"
+            event = _m.ConnectionClosedEvent(self.address, conn_id, reason)
+            self._post("connection_closed", event, fields, text)
+
+    def checkout_started(self) -> None:
+        if self.active:
+            self._post("connection_check_out_started",
+                       _m.ConnectionCheckOutStartedEvent(self.address),
+                       {"message": "Connection checkout started"},
+                       f"Checkout started for connection to {self._where()}")
+
+    def checkout_failed(self, reason: str, duration: float, error: BaseException | None) -> None:
+        if self.active:
+            ms = duration * 1000
+            text_reason = CHECKOUT_FAILED_REASONS[reason]
+            fields: dict[str, Any] = {
+                "message": "Connection checkout failed", "reason": text_reason, "durationMS": ms,
+            }
+            error_text = ""
+            if error is not None:
+                fields["error"] = _describe(error)
+                error_text = f" Error: {fields['error']}."
+            event = _m.ConnectionCheckOutFailedEvent(self.address, reason, duration)
+            self._post(
+                "connection_check_out_failed", event, fields,
+                f"Checkout failed for connection to {self._where()}. Reason: {text_reason}."
+                f"{error_text} Duration: {ms:.3f} ms",
+            )
+
+    def checked_out(self, conn_id: int, duration: float) -> None:
+        if self.active:
+            ms = duration * 1000
+            self._post(
+                "connection_checked_out",
+                _m.ConnectionCheckedOutEvent(self.address, conn_id, duration),
+                {"message": "Connection checked out", "driverConnectionId": conn_id,
+                 "durationMS": ms},
+                f"Connection checked out: address={self._where()}, driver-generated ID={conn_id}, "
+                f"duration={ms:.3f} ms",
+            )
+
+    def checked_in(self, conn_id: int) -> None:
+        if self.active:
+            self._post("connection_checked_in", _m.ConnectionCheckedInEvent(self.address, conn_id),
+                       {"message": "Connection checked in", "driverConnectionId": conn_id},
+                       f"Connection checked in: address={self._where()}, "
+                       f"driver-generated ID={conn_id}")
+
+    # -- delivery -------------------------------------------------------------
+
+    def _where(self) -> str:
+        return self.host if self.port is None else f"{self.host}:{self.port}"
+
+    def _post(self, method: str, event: object, fields: dict[str, Any], text: str) -> None:
+        fields["serverHost"] = self.host
+        if self.port is not None:
+            fields["serverPort"] = self.port
+        self._outbox.append((self._deliver, (method, event, fields, text)))
+
+    def _deliver(self, method: str, event: object, fields: dict[str, Any], text: str) -> None:
+        if LOGGER.isEnabledFor(logging.DEBUG):
+            LOGGER.debug(text, extra={"structured": fields})
+        for listener in self.listeners:
+            try:
+                getattr(listener, method)(event)
+            except Exception:
+                _ERRORS.exception("greenpool: listener %r raised in %s", listener, method)
+
+
+def _describe(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"

@@ -1,0 +1,229 @@
+"""Every gevent wait greenpool does lives in this module.
+
+Three primitives, each small enough to reason about completely:
+
+* :class:`Slot`: one checkout's place in line. It is resolved at most once:
+  delivered a value, failed with an error, expired by its own timer, or
+  cancelled because its greenlet was killed. The first of those wins and the
+  others find the slot taken (deliver/fail return False), so a connection is
+  never handed to a greenlet that has left.
+* :class:`WaitQueue`: slots in arrival order. ``deliver`` gives a value to
+  the oldest live slot; that is the whole fairness policy. Slots that left
+  early are skipped and compacted away, so leaving is O(1).
+* :class:`Alarm`: the maintenance greenlet's sleep, cut short by ``ring()``.
+  Its timer does not keep ``Hub.join()`` from returning.
+
+gevent switches greenlets only when one blocks, so the code here changes its
+state without yielding and needs no lock. Resolving a slot and waking its
+greenlet are two steps: resolution is immediate, the switch is a hub callback,
+and the callback checks that the greenlet is still waiting on this very slot
+before switching into it.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+from gevent import get_hub, getcurrent
+from gevent.exceptions import InvalidSwitchError
+
+__all__ = ["Alarm", "Slot", "WaitQueue", "WaitTimedOut"]
+
+T = TypeVar("T")
+
+# Rebuild the deque once cancelled slots outnumber live ones by this much.
+_COMPACT_SLACK = 32
+
+
+class WaitTimedOut(Exception):
+    """A slot's own timer expired before anything was delivered to it."""
+
+
+class Slot(Generic[T]):
+    """One waiter's place in a :class:`WaitQueue`, resolved at most once."""
+
+    __slots__ = ("_error", "_greenlet", "_hub", "_queue", "_resolved", "_value")
+
+    def __init__(self, queue: WaitQueue[T]) -> None:
+        self._queue = queue
+        self._resolved = False
+        self._value: T | None = None
+        self._error: BaseException | None = None
+        self._greenlet: Any = None
+        self._hub: Any = None
+
+    @property
+    def resolved(self) -> bool:
+        return self._resolved
+
+    def deliver(self, value: T) -> bool:
+        """Hand ``value`` to this slot; False if it was already resolved."""
+        if self._resolved:
+            return False
+        self._resolve()
+        self._value = value
+        self._wake_soon()
+        return True
+
+    def fail(self, error: BaseException) -> bool:
+        """Make this slot's wait raise ``error``; False if already resolved."""
+        if self._resolved:
+            return False
+        self._resolve()
+        self._error = error
+        self._wake_soon()
+        return True
+
+    def wait(self, timeout: float | None) -> T:
+        """Block until resolved; return the value or raise the error.
+
+        Raises :class:`WaitTimedOut` when ``timeout`` seconds pass first
+        (``timeout <= 0``: at once, unless already resolved). If the greenlet
+        is killed while waiting (GreenletExit, an outer gevent.Timeout), the
+        slot is cancelled and the exception propagates; a value delivered just
+        before the kill is kept for :meth:`take_leftover`.
+        """
+        if not self._resolved:
+            if timeout is not None and timeout <= 0:
+                self._expire()
+            else:
+                self._block(timeout)
+        if self._error is not None:
+            raise self._error
+        return self._value  # type: ignore[return-value]
+
+    def take_leftover(self) -> T | None:
+        """The value delivered to a wait that was killed, at most once."""
+        value, self._value = self._value, None
+        return value
+
+    def _block(self, timeout: float | None) -> None:
+        hub = self._hub = get_hub()
+        self._greenlet = getcurrent()
+        timer = None
+        if timeout is not None:
+            timer = hub.loop.timer(timeout)
+            timer.start(self._expire)
+        try:
+            switched_with = hub.switch()
+            if switched_with is not self:
+                raise InvalidSwitchError(f"Invalid switch into a greenpool wait: {switched_with!r}")
+        except BaseException:
+            if not self._resolved:
+                self._resolve()
+            raise
+        finally:
+            self._greenlet = None
+            if timer is not None:
+                timer.close()
+
+    def _resolve(self) -> None:
+        self._resolved = True
+        self._queue._live -= 1
+
+    def _wake_soon(self) -> None:
+        if self._greenlet is not None:
+            self._hub.loop.run_callback(self._wake)
+
+    def _wake(self) -> None:
+        # Runs in the hub. The greenlet may have stopped waiting on this slot
+        # since the callback was scheduled (killed); then there is no one to wake.
+        greenlet = self._greenlet
+        if greenlet is not None:
+            greenlet.switch(self)
+
+    def _expire(self) -> None:
+        if self._resolved:
+            return
+        self._resolve()
+        self._error = WaitTimedOut()
+        self._wake()
+
+
+class WaitQueue(Generic[T]):
+    """Slots in arrival order; values go to the oldest live slot."""
+
+    __slots__ = ("_live", "_slots")
+
+    def __init__(self) -> None:
+        self._slots: deque[Slot[T]] = deque()
+        self._live = 0
+
+    def __len__(self) -> int:
+        """How many slots are still waiting (cancelled ones do not count)."""
+        return self._live
+
+    def join(self) -> Slot[T]:
+        """A new slot at the back of the line."""
+        if len(self._slots) > 2 * self._live + _COMPACT_SLACK:
+            self._slots = deque(slot for slot in self._slots if not slot.resolved)
+        slot: Slot[T] = Slot(self)
+        self._slots.append(slot)
+        self._live += 1
+        return slot
+
+    def deliver(self, value: T) -> bool:
+        """Give ``value`` to the oldest live slot; False if there is none."""
+        slots = self._slots
+        while slots:
+            if slots.popleft().deliver(value):
+                return True
+        return False
+
+    def fail_all(self, make_error: Callable[[], BaseException]) -> int:
+        """Fail every live slot with its own ``make_error()``; return how many."""
+        failed = 0
+        slots, self._slots = self._slots, deque()
+        for slot in slots:
+            if not slot.resolved:
+                slot.fail(make_error())
+                failed += 1
+        return failed
+
+
+class Alarm:
+    """A sleep that :meth:`ring` cuts short; a ring while awake is not lost."""
+
+    __slots__ = ("_greenlet", "_hub", "_rung")
+
+    def __init__(self) -> None:
+        self._rung = False
+        self._greenlet: Any = None
+        self._hub: Any = None
+
+    def ring(self) -> None:
+        """Wake the sleeper now, or make its next sleep return at once."""
+        self._rung = True
+        if self._greenlet is not None:
+            self._hub.loop.run_callback(self._wake)
+
+    def sleep(self, seconds: float | None) -> None:
+        """Sleep ``seconds`` (None: until rung), or one hub turn if rung since
+        the last sleep: it always yields, so a sleeper cannot spin.
+
+        The timer is unreferenced: a greenlet sleeping here never keeps
+        ``Hub.join()`` (or the end of a program) waiting.
+        """
+        hub = self._hub = get_hub()
+        self._greenlet = getcurrent()
+        timer = None
+        if self._rung:
+            hub.loop.run_callback(self._wake)
+        elif seconds is not None:
+            timer = hub.loop.timer(max(seconds, 0.0), ref=False)
+            timer.start(self._wake)
+        try:
+            while hub.switch() is not self:
+                pass
+        finally:
+            self._greenlet = None
+            if timer is not None:
+                timer.close()
+        self._rung = False
+
+    def _wake(self) -> None:
+        greenlet = self._greenlet
+        if greenlet is not None:
+            greenlet.switch(self)
