@@ -28,6 +28,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import gevent
 from bson.objectid import ObjectId
 from pymongo import monitoring as _m
 
@@ -76,13 +77,14 @@ def check_listeners(listeners: Iterable[object]) -> tuple[_m.ConnectionPoolListe
 class Publisher:
     """Builds, queues and delivers one pool's events and log messages."""
 
-    __slots__ = ("_outbox", "address", "host", "listeners", "port")
+    __slots__ = ("_flush_pending", "_outbox", "address", "host", "listeners", "port")
 
     def __init__(self, address: Address, listeners: Iterable[object] = ()) -> None:
         self.address = address
         self.host, self.port = address
         self.listeners = check_listeners(listeners)
         self._outbox: deque[Effect] = deque()
+        self._flush_pending = False
 
     @property
     def active(self) -> bool:
@@ -94,6 +96,21 @@ class Publisher:
     def later(self, effect: Callable[..., None], *args: Any) -> None:
         """Run ``effect(*args)`` at the next flush, after the state change."""
         self._outbox.append((effect, args))
+
+    def flush_later(self) -> None:
+        """Flush from a new greenlet, for code that must not yield.
+
+        While an exception (a kill) propagates, a yield (into a listener)
+        would let a second exception, such as the greenlet's own
+        gevent.Timeout, replace it, and the kill would be lost.
+        """
+        if self._outbox and not self._flush_pending:
+            self._flush_pending = True
+            gevent.spawn(self._flush_pending_now)
+
+    def _flush_pending_now(self) -> None:
+        self._flush_pending = False
+        self.flush()
 
     def flush(self) -> None:
         """Deliver everything queued, in order."""

@@ -132,8 +132,13 @@ class Connection(Generic[T]):
     def __enter__(self) -> Connection[T]:
         return self
 
-    def __exit__(self, *exc_info: object) -> None:
-        self._pool.checkin(self)
+    def __exit__(self, exc_type: object, exc: object, traceback: object) -> None:
+        pool = self._pool
+        pool._checkin(self)
+        if exc_type is None:
+            pool._events.flush()
+        else:
+            pool._events.flush_later()  # never yield while an exception propagates
 
     def __repr__(self) -> str:
         return (f"<greenpool.Connection {self.id} to {format_address(self.address)}, "
@@ -283,7 +288,12 @@ class Pool(Generic[T]):
         if conn.state is ConnectionState.PENDING:
             self._establish_for_checkout(conn, started)
         events.checked_out(conn.id, _now() - started)
-        events.flush()
+        try:
+            events.flush()
+        except BaseException:
+            self._checkin(conn)  # killed in a listener: the caller never got it
+            events.flush_later()
+            raise
         return conn
 
     def _wait_for_grant(self, started: float, timeout: float | None) -> Connection[T]:
@@ -296,15 +306,20 @@ class Pool(Generic[T]):
             if conn is not None:
                 return conn
         slot = self._queue.join()
+        # One more waiter can mean one more creation: waiters beyond those the
+        # background establishments will serve may create (see _grant).
+        self._dispatch()
         try:
+            self._events.flush()  # CheckOutStarted before blocking; may yield
             conn = slot.wait(self._wait_timeout(started, timeout))
         except WaitTimedOut:
             self._fail_checkout(started, self._timeout_error(started), _Failed.TIMEOUT)
         except (PoolClearedError, PoolClosedError) as error:
             self._fail_checkout(started, error)
         except BaseException as kill:
-            # Killed while waiting. Hand on anything delivered in the meantime.
-            leftover = slot.take_leftover()
+            # Killed in line (in the flush or the wait): leave the line, and
+            # hand on anything delivered in the meantime.
+            leftover = slot.abandon()
             if leftover is not None:
                 self._give_back(leftover)
             self._report_killed_checkout(started, kill)
@@ -353,9 +368,11 @@ class Pool(Generic[T]):
         raise error
 
     def _report_killed_checkout(self, started: float, kill: BaseException) -> None:
+        """Report a checkout ended by a kill, without yielding: a yield here
+        would let another exception (the greenlet's own timeout) replace it."""
         reason = _Failed.TIMEOUT if isinstance(kill, gevent.Timeout) else _Failed.CONN_ERROR
         self._events.checkout_failed(reason, _now() - started, None)
-        self._events.flush()
+        self._events.flush_later()
 
     def _timeout_error(self, started: float) -> WaitQueueTimeoutError:
         stats = self.stats()
@@ -411,7 +428,9 @@ class Pool(Generic[T]):
         conn.state = ConnectionState.IN_USE
         self._in_use.add(conn)
         self._events.connection_ready(conn.id, _now() - conn._created_at)
-        self._settle()
+        # No flush here: a listener could yield and a kill would then strand
+        # this in-use connection; the caller flushes once it owns it.
+        self._rebalance()
 
     def _abandon(self, conn: Connection[T], error: BaseException) -> None:
         """A pending connection failed to establish: close it, then hand on."""
@@ -419,6 +438,12 @@ class Pool(Generic[T]):
             return  # the process forked; the reset already dropped it
         self._unpend(conn)
         conn.state = ConnectionState.CLOSED
+        self._rebalance()  # hand on the freed slot before anything can yield
+        reason = _Closed.POOL_CLOSED if self.closed else _Closed.ERROR
+        if not isinstance(error, Exception):  # a kill: no SDAM handling, no yield
+            self._events.connection_closed(conn.id, reason, error)
+            self._events.flush_later()
+            return
         try:
             # SDAM error handling (which may clear the pool) comes before
             # ConnectionClosed, as the spec's pool-create-min-size-error orders it.
@@ -426,9 +451,8 @@ class Pool(Generic[T]):
             if handler is not None and isinstance(error, Exception) and not self.closed:
                 handler(error, conn)
         finally:
-            reason = _Closed.POOL_CLOSED if self.closed else _Closed.ERROR
             self._events.connection_closed(conn.id, reason, error)
-            self._settle()
+            self._events.flush()
 
     def _unpend(self, conn: Connection[T]) -> None:
         self._pending.discard(conn)
@@ -444,6 +468,11 @@ class Pool(Generic[T]):
 
         :raises ValueError: ``conn`` is from another pool, or not checked out.
         """
+        self._checkin(conn)
+        self._events.flush()
+
+    def _checkin(self, conn: Connection[T]) -> None:
+        """Check in without reporting yet (the caller flushes)."""
         if conn._pool is not self:
             raise ValueError(f"{conn!r} was checked out of another pool, not {self!r}")
         self._check_owner()
@@ -456,7 +485,7 @@ class Pool(Generic[T]):
             raise ValueError(f"cannot check in {conn!r}: it is not checked out")
         self._events.checked_in(conn.id)
         self._put_back(conn)
-        self._settle()
+        self._rebalance()
 
     def _put_back(self, conn: Connection[T]) -> None:
         """An in-use connection comes back: close it if perished, else free it."""
@@ -491,16 +520,19 @@ class Pool(Generic[T]):
                 self._retire(conn, _Closed.POOL_CLOSED if self.closed else _Closed.ERROR)
         else:
             self._put_back(conn)
-        self._settle()
+        self._rebalance()
 
     # -- granting -----------------------------------------------------------------
 
     def _settle(self) -> None:
         """After any change: serve waiters, wake maintenance if short, report."""
+        self._rebalance()
+        self._events.flush()
+
+    def _rebalance(self) -> None:
         self._dispatch()
         if self._total() < self.options.min_pool_size and self._may_create():
             self._alarm.ring()
-        self._events.flush()
 
     def _dispatch(self) -> None:
         """Give the oldest waiters whatever the pool can grant now."""
@@ -825,7 +857,9 @@ def _maintain(pool_ref: weakref.ref[Pool[Any]], alarm: Alarm) -> None:
         interval = pool.options.background_interval
         try:
             pool.background_run()
-        except Exception:
+        except (Exception, gevent.Timeout):
+            # A listener's own timeout must not end maintenance; only a kill
+            # (GreenletExit, from close()) does.
             logging.getLogger("greenpool").exception("greenpool: background run of %r failed", pool)
         del pool
         alarm.sleep(interval)

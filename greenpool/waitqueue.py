@@ -83,7 +83,7 @@ class Slot(Generic[T]):
         (``timeout <= 0``: at once, unless already resolved). If the greenlet
         is killed while waiting (GreenletExit, an outer gevent.Timeout), the
         slot is cancelled and the exception propagates; a value delivered just
-        before the kill is kept for :meth:`take_leftover`.
+        before the kill is kept for :meth:`abandon`.
         """
         if not self._resolved:
             if timeout is not None and timeout <= 0:
@@ -94,8 +94,13 @@ class Slot(Generic[T]):
             raise self._error
         return self._value  # type: ignore[return-value]
 
-    def take_leftover(self) -> T | None:
-        """The value delivered to a wait that was killed, at most once."""
+    def abandon(self) -> T | None:
+        """Leave the line for good (the waiter was killed): cancel the slot if
+        it is unresolved, else return the value delivered to it, at most once.
+        Safe to call whether or not :meth:`wait` ran or returned."""
+        if not self._resolved:
+            self._resolve()
+            return None
         value, self._value = self._value, None
         return value
 

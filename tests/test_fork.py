@@ -1,0 +1,104 @@
+"""Fork safety: the child never uses (or writes to) its parent's connections.
+
+Transports here are real socketpairs, so the test can check, from the far
+end, that nothing was written, and that the parent's sockets still work.
+The fork runs in a subprocess so the test process's own hub is untouched.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SCRIPT = textwrap.dedent("""
+    from gevent import monkey
+    monkey.patch_all()
+
+    import json, os, socket, sys
+    import gevent
+    from greenpool import Pool, PoolClearedError, PoolState
+    from tests.cmap_runner import Recorder
+
+    far_ends = {}
+
+    class SocketTransport:
+        def __init__(self, sock):
+            self.sock = sock
+        def close(self):
+            self.sock.close()
+
+    def connector(conn):
+        if conn.id == 3:
+            gevent.sleep(30)  # an establishment still running at fork time
+        near, far = socket.socketpair()
+        far_ends[conn.id] = far
+        return SocketTransport(near)
+
+    recorder = Recorder()
+    pool = Pool(("db.test", 27017), {"maxPoolSize": 5}, connector=connector,
+                listeners=[recorder])
+    pool.ready()
+    kept = pool.checkout()          # in use across the fork
+    idle = pool.checkout()
+    establishing = gevent.spawn(pool.checkout)
+    gevent.sleep(0.01)
+    pool.checkin(idle)              # available across the fork
+    assert [pool.stats().pending, pool.stats().available] == [1, 1]
+
+    reader, writer = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        report = {}
+        gevent.sleep(0.05)  # let the interrupted establishment finish failing
+        report["establishing"] = repr(establishing.exception)
+        report["kept_closed_in_child"] = kept.transport.sock.fileno() == -1
+        fresh = pool.checkout()
+        report["fresh"] = [fresh.id, fresh.generation]
+        report["stats"] = [pool.stats().total, pool.stats().in_use, pool.state.value]
+        pool.checkin(kept)  # from before the fork: dropped quietly
+        pool.checkin(fresh)
+        report["after"] = [pool.stats().total, pool.stats().available]
+        report["cleared_events"] = recorder.count("ConnectionPoolCleared")
+        os.write(writer, json.dumps(report).encode())
+        os._exit(0)
+
+    os.close(writer)
+    _, status = os.waitpid(pid, 0)
+    report = json.loads(os.read(reader, 65536))
+    # The parent's sockets: untouched by the child, and still working.
+    for conn_id, far in far_ends.items():
+        far.setblocking(False)
+        try:
+            data = far.recv(1)
+        except BlockingIOError:
+            data = None
+        assert data is None, f"the child wrote to connection {conn_id}: {data!r}"
+    kept.transport.sock.sendall(b"ping")
+    assert far_ends[kept.id].recv(4) == b"ping"
+    establishing.kill()
+    report["parent_stats"] = [pool.stats().total, pool.stats().generation]
+    report["status"] = status
+    print(json.dumps(report))
+""")
+
+
+def test_a_forked_child_starts_clean_and_leaves_the_parent_alone() -> None:
+    done = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True,
+                          timeout=60, cwd=ROOT)
+    assert done.returncode == 0, done.stdout + done.stderr
+    import json
+
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["status"] == 0
+    assert "PoolClearedError" in report["establishing"], "establishment in the child interrupted"
+    assert report["kept_closed_in_child"], "inherited descriptors are closed in the child"
+    fresh_id, fresh_generation = report["fresh"]
+    assert fresh_id > 3 and fresh_generation == 1, "the child's pool has a new generation"
+    assert report["stats"] == [1, 1, "ready"], "a ready pool stays ready, with only new conns"
+    assert report["after"] == [1, 1]
+    assert report["cleared_events"] == 1
+    assert report["parent_stats"][1] == 0, "the parent's pool is not cleared"
