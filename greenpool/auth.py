@@ -127,7 +127,9 @@ def choose_mechanism(credentials: Credentials, sasl_supported_mechs: Sequence[st
     return SCRAM_SHA_1
 
 
-def handshake_fields(credentials: Credentials) -> tuple[dict[str, Any], ScramConversation]:
+def handshake_fields(
+    credentials: Credentials,
+) -> tuple[dict[str, Any], ScramConversation | None]:
     """The fields to add to a connection's handshake hello, and the conversation they start.
 
     The fields are ``speculativeAuthenticate`` (the first SCRAM message, so a
@@ -136,12 +138,21 @@ def handshake_fields(credentials: Credentials) -> tuple[dict[str, Any], ScramCon
     explicit mechanism the speculative attempt uses SCRAM-SHA-256, as the
     handshake spec requires. Pass the conversation to :func:`authenticate`
     with the hello reply; use it for that one connection only.
+
+    The conversation is None (and there is no speculative attempt) when the
+    mechanism is negotiated and the password fails SCRAM-SHA-256's SASLprep:
+    the user may still have SCRAM-SHA-1 keys, which need no SASLprep.
     """
-    conversation = ScramConversation(credentials, credentials.mechanism or SCRAM_SHA_256)
     fields: dict[str, Any] = {}
     if credentials.mechanism is None:
         # The username goes as given: the server looks up the raw form.
         fields["saslSupportedMechs"] = f"{credentials.source}.{credentials.username}"
+    try:
+        conversation = ScramConversation(credentials, credentials.mechanism or SCRAM_SHA_256)
+    except ConfigurationError:
+        if credentials.mechanism is not None:
+            raise
+        return fields, None
     fields["speculativeAuthenticate"] = {**conversation.start(), "db": credentials.source}
     return fields, conversation
 

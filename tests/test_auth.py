@@ -252,6 +252,24 @@ def test_password_that_fails_sasl_prep() -> None:
     assert_password_hidden(caught.value, password)
 
 
+def test_password_that_fails_sasl_prep_can_still_negotiate_scram_sha_1() -> None:
+    password = PASSWORD + "\u0007"
+    server = FakeScramServer()
+    server.create_user("alice", password, (SCRAM_SHA_1,))
+    fields, speculative = auth.handshake_fields(credentials(password=password))
+    assert speculative is None and "speculativeAuthenticate" not in fields
+    hello_reply = server.hello({"hello": 1, **fields})
+    auth.authenticate(credentials(password=password), server.run_command, hello_reply=hello_reply)
+    assert server.authenticated == "alice"
+
+
+def test_password_that_fails_sasl_prep_with_explicit_scram_sha_256() -> None:
+    password = PASSWORD + "\u0007"
+    with pytest.raises(ConfigurationError, match="SASLprep") as caught:
+        auth.handshake_fields(credentials(SCRAM_SHA_256, password))
+    assert_password_hidden(caught.value, password)
+
+
 def test_scram_sha_1_does_not_sasl_prep() -> None:
     server = FakeScramServer()
     server.create_user("alice", PASSWORD + "\u0007", (SCRAM_SHA_1,))
@@ -280,6 +298,7 @@ def test_derived_keys_are_cached(server: FakeScramServer, monkeypatch: pytest.Mo
 
 def test_handshake_fields_when_negotiating() -> None:
     fields, conversation = auth.handshake_fields(credentials())
+    assert conversation is not None
     assert fields["saslSupportedMechs"] == "admin.alice"
     speculative = fields["speculativeAuthenticate"]
     assert speculative == {**conversation.start(), "db": "admin"}
@@ -293,7 +312,7 @@ def test_handshake_fields_with_an_explicit_mechanism() -> None:
     assert "saslSupportedMechs" not in fields
     assert fields["speculativeAuthenticate"]["mechanism"] == SCRAM_SHA_1
     assert fields["speculativeAuthenticate"]["db"] == "app"
-    assert conversation.mechanism == SCRAM_SHA_1
+    assert conversation is not None and conversation.mechanism == SCRAM_SHA_1
 
 
 @pytest.mark.parametrize("mechanism", [None, SCRAM_SHA_256, SCRAM_SHA_1])
