@@ -110,3 +110,41 @@ class WaitQueueTimeoutError(_pymongo_errors.WaitQueueTimeoutError):
         super().__init__(text)
         self.address = address
         self.details = details
+
+
+class ProtocolError(_pymongo_errors.ProtocolError):
+    """A message on the wire broke the MongoDB wire protocol.
+
+    Raised for a bad header, an unknown opcode, flag bit or section kind, a
+    truncated or oversized message, a body that does not decompress, or BSON
+    that does not decode. The stream can no longer be trusted: close the
+    connection. It is a :class:`pymongo.errors.ProtocolError`, so code that
+    catches PyMongo's error keeps working.
+    """
+
+    __module__ = "greenpool"
+
+
+class AuthenticationError(_pymongo_errors.OperationFailure):
+    """Authentication failed: the server refused the credentials, or could not
+    prove that it knows them.
+
+    An :class:`pymongo.errors.OperationFailure` whose ``code`` is the server's
+    (18, ``AuthenticationFailed``, for a wrong password) or 18 when greenpool
+    itself detected the failure (a forged server signature, a downgrade to too
+    few iterations, a nonce that is not ours). ``details`` is the server's
+    reply when there is one. The message never contains the password.
+    """
+
+    __module__ = "greenpool"
+
+    #: The server's code for a failed authentication.
+    AUTHENTICATION_FAILED = 18
+
+    def __init__(
+        self,
+        message: str,
+        code: int | None = AUTHENTICATION_FAILED,
+        details: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message, code, details)

@@ -1,0 +1,649 @@
+"""The MongoDB wire protocol without sockets: OP_MSG and OP_COMPRESSED.
+
+Everything here turns documents into bytes and bytes into documents, so a
+connection drives it with whatever transport it has, and tests need none::
+
+    request_id, data = encode_command({"ping": 1}, "admin", compressor=compressor)
+    sock.sendall(data)
+    header = parse_header(recv_exactly(HEADER_SIZE), max_message_size=limit)
+    message = decode_message(
+        header, recv_exactly(header.length - HEADER_SIZE), max_message_size=limit
+    )
+    assert message.response_to == request_id
+    reply = check_reply(message.document)
+
+A malformed message raises :class:`greenpool.errors.ProtocolError`: the
+stream can no longer be trusted and the connection must be closed. A command
+the server refused raises PyMongo's own errors from :func:`check_reply`, so
+``except OperationFailure``, ``NotPrimaryError`` and ``has_error_label()``
+work as they do with PyMongo.
+"""
+
+from __future__ import annotations
+
+import importlib
+import itertools
+import struct
+import warnings
+import zlib
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, NoReturn, TypeVar
+
+import bson
+from bson.codec_options import DEFAULT_CODEC_OPTIONS, CodecOptions
+from bson.errors import InvalidBSON
+from pymongo.errors import (
+    CursorNotFound,
+    DocumentTooLarge,
+    DuplicateKeyError,
+    ExecutionTimeout,
+    NotPrimaryError,
+    OperationFailure,
+    WriteConcernError,
+    WTimeoutError,
+)
+from pymongo.helpers_shared import _NOT_PRIMARY_CODES, _SHUTDOWN_CODES
+
+from greenpool.errors import ConfigurationError, ProtocolError
+
+__all__ = [
+    "CHECKSUM_PRESENT",
+    "COMPRESSOR_IDS",
+    "DEFAULT_MAX_MESSAGE_SIZE",
+    "HEADER_SIZE",
+    "MORE_TO_COME",
+    "NOT_PRIMARY_CODES",
+    "NO_COMPRESSION",
+    "OP_COMPRESSED",
+    "OP_MSG",
+    "SHUTDOWN_CODES",
+    "Compressor",
+    "Message",
+    "MessageHeader",
+    "check_reply",
+    "compressor_available",
+    "decode_message",
+    "encode_command",
+    "is_state_change_error",
+    "may_compress",
+    "negotiate_compressor",
+    "next_request_id",
+    "pack_header",
+    "parse_header",
+    "usable_compressors",
+]
+
+OP_COMPRESSED = 2012
+OP_MSG = 2013
+HEADER_SIZE = 16
+#: The server's default ``maxMessageSizeBytes``; use the hello reply's value once known.
+DEFAULT_MAX_MESSAGE_SIZE = 48_000_000
+
+# OP_MSG flag bits. Bits 0-15 are "required": a parser must refuse any it does
+# not know. Bits 16-31 are optional and may be ignored.
+CHECKSUM_PRESENT = 1 << 0
+MORE_TO_COME = 1 << 1
+_REQUIRED_FLAG_BITS = 0xFFFF
+_KNOWN_REQUIRED_FLAGS = CHECKSUM_PRESENT | MORE_TO_COME
+
+_HEADER = struct.Struct("<iiii")
+_UINT32 = struct.Struct("<I")
+_INT32 = struct.Struct("<i")
+# OP_COMPRESSED's prefix: originalOpcode, uncompressedSize, compressorId.
+_COMPRESSED_PREFIX = struct.Struct("<iiB")
+_INT32_MAX = 2**31 - 1
+
+#: The compression spec's compressor ids.
+COMPRESSOR_IDS: Mapping[str, int] = {"noop": 0, "snappy": 1, "zlib": 2, "zstd": 3}
+_COMPRESSOR_NAMES = {value: name for name, value in COMPRESSOR_IDS.items()}
+# What to install for a compressor that is not in the standard library.
+_PACKAGES = {"snappy": "python-snappy", "zstd": "zstandard"}
+
+#: Commands the compression spec forbids compressing (lowercased first key):
+#: the handshake and everything that carries credentials.
+NO_COMPRESSION = frozenset(
+    {
+        "hello",
+        "ismaster",
+        "saslstart",
+        "saslcontinue",
+        "getnonce",
+        "authenticate",
+        "createuser",
+        "updateuser",
+        "copydbsaslstart",
+        "copydbgetnonce",
+        "copydb",
+    }
+)
+
+#: The SDAM spec's "not writable primary" and "node is recovering" codes.
+NOT_PRIMARY_CODES: frozenset[int] = _NOT_PRIMARY_CODES
+#: The SDAM spec's "node is shutting down" codes (a subset of NOT_PRIMARY_CODES).
+SHUTDOWN_CODES: frozenset[int] = _SHUTDOWN_CODES
+
+# Codes PyMongo raises a more specific OperationFailure for; keeping its
+# classes lets `except DuplicateKeyError` and `error.timeout` work unchanged.
+_ERROR_CLASSES: Mapping[int, type[OperationFailure]] = {
+    11000: DuplicateKeyError,
+    11001: DuplicateKeyError,
+    12582: DuplicateKeyError,
+    50: ExecutionTimeout,
+    43: CursorNotFound,
+}
+
+
+def _optional(module: str) -> ModuleType | None:
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        return None
+
+
+# Looked up at call time (not bound into closures) so that tests can take a
+# compressor away by setting these to None.
+_snappy = _optional("snappy")
+_zstd = _optional("zstandard")
+
+# A process-wide counter: next() on itertools.count is atomic under the GIL,
+# and gevent never switches inside it.
+_request_ids = itertools.count()
+
+
+def next_request_id() -> int:
+    """A fresh requestID: positive, and wrapping within int32."""
+    return next(_request_ids) % _INT32_MAX + 1
+
+
+# -- header --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class MessageHeader:
+    """The 16-byte standard message header."""
+
+    #: The whole message's length in bytes, this header included.
+    length: int
+    request_id: int
+    #: The requestID this message answers; 0 for a request.
+    response_to: int
+    op_code: int
+
+
+def pack_header(length: int, request_id: int, response_to: int, op_code: int) -> bytes:
+    """The 16 bytes of a message header (little-endian int32s)."""
+    return _HEADER.pack(length, request_id, response_to, op_code)
+
+
+def parse_header(data: bytes, *, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> MessageHeader:
+    """Parse and check the first 16 bytes of ``data``.
+
+    Raises :class:`ProtocolError` if there are fewer than 16 bytes, if the
+    length could not hold the header or exceeds ``max_message_size`` (the
+    server's ``maxMessageSizeBytes``), or if the opcode is not one greenpool
+    speaks (OP_MSG, OP_COMPRESSED).
+    """
+    if len(data) < HEADER_SIZE:
+        raise ProtocolError(f"message header is {len(data)} bytes; it must be {HEADER_SIZE}")
+    header = MessageHeader(*_HEADER.unpack_from(data))
+    if header.length < HEADER_SIZE:
+        raise ProtocolError(f"message length {header.length} is shorter than its own header")
+    if header.length > max_message_size:
+        raise ProtocolError(
+            f"message length {header.length} exceeds the maximum message size {max_message_size}"
+        )
+    if header.op_code not in (OP_MSG, OP_COMPRESSED):
+        raise ProtocolError(f"unknown opcode {header.op_code}")
+    return header
+
+
+# -- compression ---------------------------------------------------------------------------
+
+
+def compressor_available(name: str) -> bool:
+    """Whether greenpool knows compressor ``name`` and its package is importable."""
+    if name in ("noop", "zlib"):
+        return True
+    if name == "snappy":
+        return _snappy is not None
+    if name == "zstd":
+        return _zstd is not None
+    return False
+
+
+def _check_zlib_level(level: int) -> None:
+    if isinstance(level, bool) or not isinstance(level, int) or not -1 <= level <= 9:
+        raise ConfigurationError(
+            f"zlibCompressionLevel must be an integer from -1 to 9, not {level!r}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Compressor:
+    """A wire compressor: ``"noop"``, ``"snappy"``, ``"zlib"`` or ``"zstd"``.
+
+    >>> Compressor("zlib", zlib_level=6).compressor_id
+    2
+    """
+
+    name: str
+    #: zlib's level, -1 (zlib's default, 6) to 9; ignored by the others.
+    zlib_level: int = -1
+
+    def __post_init__(self) -> None:
+        if self.name not in COMPRESSOR_IDS:
+            known = ", ".join(COMPRESSOR_IDS)
+            raise ConfigurationError(f"unknown compressor {self.name!r} (expected one of {known})")
+        if not compressor_available(self.name):
+            raise ConfigurationError(
+                f"compressor {self.name!r} needs the {_PACKAGES[self.name]} package"
+            )
+        _check_zlib_level(self.zlib_level)
+
+    @property
+    def compressor_id(self) -> int:
+        """The id OP_COMPRESSED carries for this compressor."""
+        return COMPRESSOR_IDS[self.name]
+
+    def compress(self, data: bytes) -> bytes:
+        """Compress ``data`` the way the server expects (raw snappy, zlib stream, zstd frame)."""
+        if self.name == "zlib":
+            return zlib.compress(data, self.zlib_level)
+        if self.name == "snappy":
+            return bytes(_module(_snappy).compress(data))
+        if self.name == "zstd":
+            return bytes(_module(_zstd).ZstdCompressor().compress(data))
+        return data
+
+
+def _module(module: ModuleType | None) -> ModuleType:
+    # A Compressor is only built when its package is importable.
+    assert module is not None
+    return module
+
+
+def may_compress(command_name: str) -> bool:
+    """Whether the compression spec allows compressing the named command."""
+    return command_name.lower() not in NO_COMPRESSION
+
+
+def usable_compressors(names: Iterable[str]) -> list[str]:
+    """The compressors in ``names`` (a URI's ``compressors``) greenpool can use, in order.
+
+    Each one that is unknown, or whose package is not installed, is dropped
+    with a warning naming it.
+    """
+    usable = []
+    for name in names:
+        if name not in COMPRESSOR_IDS:
+            warnings.warn(f"unsupported compressor {name!r} is ignored", stacklevel=2)
+        elif not compressor_available(name):
+            warnings.warn(
+                f"compressor {name!r} is ignored: install {_PACKAGES[name]} to use it",
+                stacklevel=2,
+            )
+        else:
+            usable.append(name)
+    return usable
+
+
+def negotiate_compressor(
+    client: Iterable[str], server: Sequence[str] | None, *, zlib_level: int = -1
+) -> Compressor | None:
+    """The first of the client's compressors the server also offers, or None.
+
+    ``client`` is the URI's ``compressors`` list, in order of preference;
+    ``server`` is the hello reply's ``compression`` list. Client compressors
+    greenpool cannot use are dropped with a warning (see
+    :func:`usable_compressors`).
+
+    >>> negotiate_compressor(["zstd", "zlib"], ["zlib"]).name
+    'zlib'
+    """
+    _check_zlib_level(zlib_level)
+    offered = set(server or ())
+    for name in usable_compressors(client):
+        if name in offered:
+            return Compressor(name, zlib_level)
+    return None
+
+
+def _snappy_declared_length(data: bytes) -> int:
+    # A raw snappy block starts with its uncompressed length as a varint.
+    result = 0
+    for index, byte in enumerate(data[:5]):
+        result |= (byte & 0x7F) << (7 * index)
+        if not byte & 0x80:
+            return result
+    raise ProtocolError("snappy data has no valid length preamble")
+
+
+def _inflate_snappy(data: bytes, size: int) -> bytes:
+    # Check the declared size first: python-snappy allocates whatever it says.
+    declared = _snappy_declared_length(data)
+    if declared != size:
+        raise ProtocolError(f"snappy data declares {declared} bytes; the message declared {size}")
+    return bytes(_module(_snappy).uncompress(data))
+
+
+def _inflate_zlib(data: bytes, size: int) -> bytes:
+    inflater = zlib.decompressobj()
+    # Bounded, so a small bomb cannot allocate more than the declared size.
+    result = inflater.decompress(data, size + 1)
+    if len(result) == size and not (inflater.eof and not inflater.unused_data):
+        raise ProtocolError("zlib stream is truncated or followed by extra bytes")
+    return result
+
+
+def _inflate_zstd(data: bytes, size: int) -> bytes:
+    zstd = _module(_zstd)
+    declared = zstd.frame_content_size(data)
+    if declared not in (-1, size):  # -1: the frame does not say
+        raise ProtocolError(f"zstd frame declares {declared} bytes; the message declared {size}")
+    # A bounded read: decompress() would trust the frame's own size instead.
+    return bytes(zstd.ZstdDecompressor().stream_reader(data).read(size + 1))
+
+
+_INFLATERS: Mapping[str, Callable[[bytes, int], bytes]] = {
+    "noop": lambda data, size: data,
+    "snappy": _inflate_snappy,
+    "zlib": _inflate_zlib,
+    "zstd": _inflate_zstd,
+}
+
+
+def _decompress(compressor_id: int, data: bytes, size: int) -> bytes:
+    name = _COMPRESSOR_NAMES.get(compressor_id)
+    if name is None:
+        raise ProtocolError(f"OP_COMPRESSED has an unknown compressor id {compressor_id}")
+    if not compressor_available(name):
+        raise ProtocolError(f"OP_COMPRESSED uses {name}, but {_PACKAGES[name]} is not installed")
+    try:
+        result = _INFLATERS[name](data, size)
+    except ProtocolError:
+        raise
+    except Exception as exc:  # each library raises its own error types
+        raise ProtocolError(f"OP_COMPRESSED {name} data does not decompress: {exc}") from exc
+    if len(result) != size:
+        raise ProtocolError(
+            f"OP_COMPRESSED {name} data decompressed to {len(result)} bytes; "
+            f"the message declared {size}"
+        )
+    return result
+
+
+def _wrap(op_code: int, body: bytes, compressor: Compressor, request_id: int) -> bytes:
+    compressed = compressor.compress(body)
+    prefix = _COMPRESSED_PREFIX.pack(op_code, len(body), compressor.compressor_id)
+    length = HEADER_SIZE + len(prefix) + len(compressed)
+    return pack_header(length, request_id, 0, OP_COMPRESSED) + prefix + compressed
+
+
+def _unwrap(body: bytes, max_message_size: int) -> tuple[int, bytes]:
+    if len(body) < _COMPRESSED_PREFIX.size:
+        raise ProtocolError(f"OP_COMPRESSED body is {len(body)} bytes, too short for its prefix")
+    op_code, size, compressor_id = _COMPRESSED_PREFIX.unpack_from(body)
+    if not 0 <= size <= max_message_size - HEADER_SIZE:
+        raise ProtocolError(
+            f"OP_COMPRESSED declares {size} uncompressed bytes; "
+            f"the maximum message size is {max_message_size}"
+        )
+    return op_code, _decompress(compressor_id, body[_COMPRESSED_PREFIX.size :], size)
+
+
+# -- OP_MSG --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """A decoded OP_MSG, whether or not it came compressed."""
+
+    request_id: int
+    response_to: int
+    flags: int
+    #: The body section, with each document sequence merged in as an array.
+    document: dict[str, Any]
+
+    @property
+    def more_to_come(self) -> bool:
+        """The sender will send another message without waiting for a request."""
+        return bool(self.flags & MORE_TO_COME)
+
+
+def encode_command(
+    command: Mapping[str, Any],
+    db: str,
+    *,
+    request_id: int | None = None,
+    more_to_come: bool = False,
+    compressor: Compressor | None = None,
+    max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+    codec_options: CodecOptions[Any] = DEFAULT_CODEC_OPTIONS,
+) -> tuple[int, bytes]:
+    """Encode ``command`` for database ``db`` as one OP_MSG; return ``(request_id, bytes)``.
+
+    The command is sent as a single body section (kind 0) with ``$db`` added.
+    ``more_to_come`` sets the flag that tells the server not to reply.
+    With a ``compressor`` the message is wrapped in OP_COMPRESSED, except for
+    the commands the compression spec forbids (:data:`NO_COMPRESSION`).
+
+    Raises :class:`pymongo.errors.DocumentTooLarge` if the message would
+    exceed ``max_message_size``, and ``ValueError`` for an empty command or a
+    ``$db`` that contradicts ``db``.
+    """
+    if not command:
+        raise ValueError("a command needs at least one field: its name")
+    name = next(iter(command))
+    if command.get("$db", db) != db:
+        raise ValueError(f"command has $db {command['$db']!r} but is sent to {db!r}")
+    document = bson.encode({**command, "$db": db}, codec_options=codec_options)
+    body = _UINT32.pack(MORE_TO_COME if more_to_come else 0) + b"\x00" + document
+    _check_size(name, HEADER_SIZE + len(body), max_message_size)
+    if request_id is None:
+        request_id = next_request_id()
+    if compressor is None or not may_compress(name):
+        return request_id, pack_header(HEADER_SIZE + len(body), request_id, 0, OP_MSG) + body
+    message = _wrap(OP_MSG, body, compressor, request_id)
+    _check_size(name, len(message), max_message_size)
+    return request_id, message
+
+
+def _check_size(name: str, length: int, max_message_size: int) -> None:
+    if length > max_message_size:
+        raise DocumentTooLarge(
+            f"command {name!r} is {length} bytes, over the maximum message size {max_message_size}"
+        )
+
+
+def decode_message(
+    header: MessageHeader,
+    body: bytes,
+    *,
+    max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+    codec_options: CodecOptions[dict[str, Any]] = DEFAULT_CODEC_OPTIONS,
+) -> Message:
+    """Decode the ``body`` (everything after the header) of an OP_MSG or OP_COMPRESSED.
+
+    Document sequences (kind 1 sections) are merged into the body document
+    as arrays named by their identifiers, as drivers present them. The
+    decompressed size is bounded by ``max_message_size``. ``codec_options``
+    must decode to a mutable mapping (the default, ``dict``, does).
+
+    Raises :class:`ProtocolError` for anything malformed: a body whose size
+    disagrees with the header, an unknown opcode, compressor, flag bit or
+    section kind, a missing or repeated body section, a truncated section,
+    or invalid BSON.
+    """
+    if len(body) != header.length - HEADER_SIZE:
+        raise ProtocolError(
+            f"message body is {len(body)} bytes; its header says {header.length - HEADER_SIZE}"
+        )
+    op_code = header.op_code
+    if op_code == OP_COMPRESSED:
+        op_code, body = _unwrap(body, max_message_size)
+        if op_code != OP_MSG:
+            raise ProtocolError(f"OP_COMPRESSED wraps opcode {op_code}; greenpool expects OP_MSG")
+    elif op_code != OP_MSG:
+        raise ProtocolError(f"unknown opcode {op_code}")
+    flags, document = _decode_op_msg(body, codec_options)
+    return Message(header.request_id, header.response_to, flags, document)
+
+
+def _decode_op_msg(
+    body: bytes, codec_options: CodecOptions[dict[str, Any]]
+) -> tuple[int, dict[str, Any]]:
+    if len(body) < _UINT32.size:
+        raise ProtocolError("OP_MSG is too short for its flag bits")
+    (flags,) = _UINT32.unpack_from(body)
+    unknown = flags & _REQUIRED_FLAG_BITS & ~_KNOWN_REQUIRED_FLAGS
+    if unknown:
+        raise ProtocolError(f"OP_MSG sets unknown required flag bits 0x{unknown:04x}")
+    end = len(body)
+    if flags & CHECKSUM_PRESENT:
+        # The CRC-32C trailer is skipped, not verified: the standard library
+        # has no CRC-32C and a pure-Python one costs seconds on a large reply,
+        # while TCP (and TLS, when used) already guard the bytes in transit.
+        end -= 4
+        if end < _UINT32.size:
+            raise ProtocolError("OP_MSG is too short for its checksum")
+    return flags, _read_sections(body, _UINT32.size, end, codec_options)
+
+
+def _read_sections(
+    body: bytes, pos: int, end: int, codec_options: CodecOptions[dict[str, Any]]
+) -> dict[str, Any]:
+    document: dict[str, Any] | None = None
+    sequences: dict[str, list[dict[str, Any]]] = {}
+    while pos < end:
+        kind = body[pos]
+        pos += 1
+        if kind == 0:
+            if document is not None:
+                raise ProtocolError("OP_MSG has more than one body section")
+            size = _bson_size(body, pos, end)
+            document = _decode(body[pos : pos + size], codec_options)
+            pos += size
+        elif kind == 1:
+            identifier, documents, pos = _read_sequence(body, pos, end, codec_options)
+            if identifier in sequences:
+                raise ProtocolError(f"OP_MSG repeats the document sequence {identifier!r}")
+            sequences[identifier] = documents
+        else:
+            raise ProtocolError(f"OP_MSG has a section of unknown kind {kind}")
+    if document is None:
+        raise ProtocolError("OP_MSG has no body section")
+    for identifier, documents in sequences.items():
+        if identifier in document:
+            raise ProtocolError(f"{identifier!r} is both a body field and a document sequence")
+        document[identifier] = documents
+    return document
+
+
+def _bson_size(body: bytes, pos: int, end: int) -> int:
+    if pos + _INT32.size > end:
+        raise ProtocolError("OP_MSG is truncated inside a BSON document's length")
+    size = _int32_at(body, pos)
+    if size < 5 or pos + size > end:
+        raise ProtocolError(f"BSON document claims {size} bytes; {end - pos} remain in OP_MSG")
+    return size
+
+
+def _int32_at(body: bytes, pos: int) -> int:
+    return int(_INT32.unpack_from(body, pos)[0])
+
+
+def _read_sequence(
+    body: bytes, pos: int, end: int, codec_options: CodecOptions[dict[str, Any]]
+) -> tuple[str, list[dict[str, Any]], int]:
+    if pos + _INT32.size > end:
+        raise ProtocolError("OP_MSG is truncated inside a document sequence's size")
+    size = _int32_at(body, pos)
+    stop = pos + size
+    if size < _INT32.size + 1 or stop > end:
+        raise ProtocolError(f"document sequence claims {size} bytes; {end - pos} remain in OP_MSG")
+    terminator = body.find(b"\x00", pos + _INT32.size, stop)
+    if terminator < 0:
+        raise ProtocolError("document sequence identifier is not terminated")
+    try:
+        identifier = body[pos + _INT32.size : terminator].decode()
+    except UnicodeDecodeError as exc:
+        raise ProtocolError("document sequence identifier is not UTF-8") from exc
+    try:
+        documents = bson.decode_all(body[terminator + 1 : stop], codec_options)
+    except InvalidBSON as exc:
+        raise ProtocolError(f"document sequence {identifier!r} holds invalid BSON: {exc}") from exc
+    return identifier, documents, stop
+
+
+def _decode(data: bytes, codec_options: CodecOptions[dict[str, Any]]) -> dict[str, Any]:
+    try:
+        return bson.decode(data, codec_options)
+    except InvalidBSON as exc:
+        raise ProtocolError(f"OP_MSG body is invalid BSON: {exc}") from exc
+
+
+# -- replies -------------------------------------------------------------------------------
+
+_Reply = TypeVar("_Reply", bound=Mapping[str, Any])
+
+
+def is_state_change_error(code: int | None, message: str) -> bool:
+    """Whether a command error is the SDAM spec's "not writable primary" or
+    "node is recovering": by its code when it has one, else by its message.
+    """
+    if code is not None:
+        return code in NOT_PRIMARY_CODES
+    return "not master" in message or "node is recovering" in message
+
+
+def check_reply(reply: _Reply, *, raise_write_concern_error: bool = True) -> _Reply:
+    """Return ``reply`` if the command succeeded; raise PyMongo's error if not.
+
+    ``ok: 0`` raises :class:`~pymongo.errors.NotPrimaryError` for the SDAM
+    spec's state-change errors (see :func:`is_state_change_error`; its
+    ``details`` is the reply, so ``details["code"]`` gives the code), else
+    :class:`~pymongo.errors.OperationFailure` (or PyMongo's subclass for the
+    code: ``DuplicateKeyError``, ``ExecutionTimeout``, ``CursorNotFound``)
+    with ``code`` and ``details``. Either way ``has_error_label()`` sees the
+    reply's ``errorLabels``.
+
+    A ``writeConcernError`` in a successful reply raises
+    :class:`~pymongo.errors.WriteConcernError` (``WTimeoutError`` for a
+    wtimeout) whose ``details`` is that error with the reply's
+    ``errorLabels``: the write happened but not as durably as asked, and
+    returning the reply would let that go unnoticed, as PyMongo does for
+    commands. Callers that aggregate per-write results themselves (bulk
+    writes, which need ``n`` and ``writeErrors`` too) pass
+    ``raise_write_concern_error=False`` and inspect the reply.
+    ``writeErrors`` are per-document results and are never raised here.
+    """
+    if "ok" not in reply:
+        message = str(reply.get("$err", "the server's reply has no 'ok' field"))
+        raise OperationFailure(message, reply.get("code"), reply)
+    if not reply["ok"]:
+        _raise_command_error(reply)
+    if raise_write_concern_error and reply.get("writeConcernError"):
+        _raise_write_concern_error(reply)
+    return reply
+
+
+def _raise_command_error(reply: Mapping[str, Any]) -> NoReturn:
+    message = str(reply.get("errmsg") or "command failed")
+    code = reply.get("code")
+    if is_state_change_error(code, message):
+        raise NotPrimaryError(message, dict(reply))
+    error_class = OperationFailure if code is None else _ERROR_CLASSES.get(code, OperationFailure)
+    raise error_class(message, code, reply)
+
+
+def _raise_write_concern_error(reply: Mapping[str, Any]) -> NoReturn:
+    error = dict(reply["writeConcernError"])
+    # Servers put the labels (RetryableWriteError...) at the top level.
+    if "errorLabels" in reply:
+        error["errorLabels"] = reply["errorLabels"]
+    message = str(error.get("errmsg") or "write concern error")
+    code = error.get("code")
+    timed_out = code == 50 or bool(error.get("errInfo", {}).get("wtimeout"))
+    raise (WTimeoutError if timed_out else WriteConcernError)(message, code, error)
