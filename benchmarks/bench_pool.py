@@ -1,0 +1,159 @@
+"""Pool-only benchmark with a mock connector (no server, no sockets).
+
+    .venv/bin/python benchmarks/bench_pool.py [--quick] [--repeat N]
+
+Measures, side by side in one run:
+
+1. uncontended: one greenlet doing checkout+checkin cycles, against a
+   ``gevent.lock.Semaphore`` acquire+release pair (the floor for any gevent
+   pool) measured the same way;
+2. contended: 1000 greenlets over 10 connections, each doing checkout, one
+   hub turn of "work" (``gevent.sleep(0)``), checkin: throughput, wait-time
+   percentiles, and the spread of greenlet completion times, set against the
+   FIFO ideal (a greenlet's wait when the whole queue ahead of it is served at
+   the measured throughput).
+
+This is not part of the test suite: timings on shared machines are noisy, so
+compare ratios from one run, and repeat (``--repeat``) to see the spread.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import gevent
+import gevent.lock
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from greenpool import Pool  # noqa: E402
+
+
+class NullTransport:
+    def close(self) -> None:
+        pass
+
+
+def connector(conn: Any) -> NullTransport:
+    return NullTransport()
+
+
+def best_rate(run: Any, cycles: int, rounds: int = 5) -> float:
+    """Best cycles/second over a few rounds (the least disturbed one)."""
+    best = 0.0
+    for _ in range(rounds):
+        gc.collect()
+        started = time.perf_counter()
+        run(cycles)
+        best = max(best, cycles / (time.perf_counter() - started))
+    return best
+
+
+def uncontended(cycles: int) -> dict[str, float]:
+    pool: Pool[NullTransport] = Pool(("bench", 27017), connector=connector)
+    pool.ready()
+    pool.checkin(pool.checkout())  # create the connection outside the timing
+
+    def pool_cycles(n: int) -> None:
+        checkout, checkin = pool.checkout, pool.checkin
+        for _ in range(n):
+            checkin(checkout())
+
+    def context_cycles(n: int) -> None:
+        checkout = pool.checkout
+        for _ in range(n):
+            with checkout():
+                pass
+
+    semaphore = gevent.lock.Semaphore(10)
+
+    def semaphore_cycles(n: int) -> None:
+        acquire, release = semaphore.acquire, semaphore.release
+        for _ in range(n):
+            acquire()
+            release()
+
+    pool_rate = best_rate(pool_cycles, cycles)
+    with_rate = best_rate(context_cycles, cycles)
+    semaphore_rate = best_rate(semaphore_cycles, cycles)
+    pool.close()
+    return {
+        "pool_us": 1e6 / pool_rate,
+        "with_us": 1e6 / with_rate,
+        "semaphore_us": 1e6 / semaphore_rate,
+        "ratio": semaphore_rate / pool_rate,
+    }
+
+
+def contended(greenlets: int, operations: int, pool_size: int) -> dict[str, float]:
+    pool: Pool[NullTransport] = Pool(("bench", 27017), {"maxPoolSize": pool_size},
+                                     connector=connector)
+    pool.ready()
+    waits: list[float] = []
+    finished: list[float] = []
+    started = time.perf_counter()
+
+    def worker() -> None:
+        for _ in range(operations):
+            asked = time.perf_counter()
+            with pool.checkout():
+                waits.append(time.perf_counter() - asked)
+                gevent.sleep(0)
+        finished.append(time.perf_counter() - started)
+
+    gevent.joinall([gevent.spawn(worker) for _ in range(greenlets)], raise_error=True)
+    elapsed = time.perf_counter() - started
+    pool.close()
+    waits.sort()
+    throughput = len(waits) / elapsed
+    # With FIFO service every greenlet waits for the others once per round.
+    ideal_wait = (greenlets - pool_size) / throughput
+    return {
+        "ops_per_s": throughput,
+        "wait_p50_ms": 1000 * waits[len(waits) // 2],
+        "wait_p99_ms": 1000 * waits[int(len(waits) * 0.99)],
+        "wait_max_ms": 1000 * waits[-1],
+        "ideal_wait_ms": 1000 * ideal_wait,
+        "max_over_ideal": waits[-1] / ideal_wait if ideal_wait else 0.0,
+        "finish_first_s": min(finished),
+        "finish_last_s": max(finished),
+        "finish_stdev_s": statistics.pstdev(finished),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smaller sizes")
+    parser.add_argument("--repeat", type=int, default=1)
+    args = parser.parse_args()
+    cycles = 20_000 if args.quick else 200_000
+    greenlets, operations = (1000, 5) if args.quick else (1000, 50)
+    print(f"greenpool pool benchmark: Python {sys.version.split()[0]}, gevent "
+          f"{gevent.__version__}\n")
+    print("| run | checkout+checkin | with-statement | Semaphore pair | ratio |")
+    print("|---|---|---|---|---|")
+    for run in range(args.repeat):
+        u = uncontended(cycles)
+        print(f"| {run + 1} | {u['pool_us']:.2f} µs | {u['with_us']:.2f} µs | "
+              f"{u['semaphore_us']:.2f} µs | {u['ratio']:.1f}x |")
+    print(f"\n{greenlets} greenlets x {operations} checkouts over 10 connections:\n")
+    print("| run | ops/s | wait p50 | wait p99 | wait max | FIFO ideal | max/ideal | "
+          "finished (first-last, stdev) |")
+    print("|---|---|---|---|---|---|---|---|")
+    for run in range(args.repeat):
+        c = contended(greenlets, operations, 10)
+        print(f"| {run + 1} | {c['ops_per_s']:,.0f} | {c['wait_p50_ms']:.1f} ms | "
+              f"{c['wait_p99_ms']:.1f} ms | {c['wait_max_ms']:.1f} ms | "
+              f"{c['ideal_wait_ms']:.1f} ms | {c['max_over_ideal']:.2f} | "
+              f"{c['finish_first_s']:.2f}-{c['finish_last_s']:.2f} s, "
+              f"{c['finish_stdev_s'] * 1000:.0f} ms |")
+
+
+if __name__ == "__main__":
+    main()
