@@ -49,7 +49,6 @@ __all__ = ["ClientSettings", "Credentials", "InvalidURIError", "Secret", "parse_
 #: connectTimeoutMS when the connection string gives none (the URI spec's 20 s).
 DEFAULT_CONNECT_TIMEOUT: Final = 20.0
 
-
 # Mechanisms whose users live outside MongoDB: their authSource is "$external".
 _EXTERNAL_MECHANISMS = frozenset({"GSSAPI", "MONGODB-X509", "MONGODB-AWS", "MONGODB-OIDC"})
 _PASSWORD_MECHANISMS = frozenset({"SCRAM-SHA-1", "SCRAM-SHA-256", "PLAIN"})
@@ -263,7 +262,9 @@ def parse_uri(uri: str) -> ClientSettings:
     For ``mongodb+srv://`` the SRV and TXT records are looked up first (with
     connectTimeoutMS as the DNS time limit), then the whole result is
     validated. Invalid values of known options are ignored with a warning
-    naming the option and the value, as the URI Options spec says; everything
+    naming the option and the value, as the URI Options spec says (for an
+    option from a TXT record, which is not in the string, PyMongo's words
+    alone); everything
     else that is wrong raises :class:`~greenpool.ConfigurationError` (an
     :class:`InvalidURIError` when the URI itself is malformed). Neither ever
     shows the password.
@@ -301,7 +302,7 @@ def _run_pymongo_parser(
 def _reemit(caught: list[warnings.WarningMessage], written: _Written) -> None:
     seen: set[tuple[str, type[Warning]]] = set()
     for record in caught:
-        if not record.filename.startswith(_PYMONGO_DIR):
+        if not record.filename.startswith(_PYMONGO_DIR) and record.filename != __file__:
             # Another greenlet's warning, caught while a DNS lookup yielded.
             warnings.warn_explicit(record.message, record.category, record.filename,
                                    record.lineno, source=record.source)
@@ -313,7 +314,9 @@ def _reemit(caught: list[warnings.WarningMessage], written: _Written) -> None:
             warnings.warn(text, record.category, stacklevel=3)
 
 
-def _configuration_error(failure: Exception, written: _Written, *, srv: bool) -> Exception:
+def _configuration_error(
+    failure: Exception, written: _Written, *, srv: bool
+) -> ConfigurationError:
     if isinstance(failure, OSError) and failure.filename is not None:
         path = os.fsdecode(failure.filename)
         option = written.option_holding(path) or "a file option"

@@ -3,6 +3,7 @@ messages, load-balancer validation and the TLS context."""
 
 from __future__ import annotations
 
+import doctest
 import ssl
 import traceback
 import warnings
@@ -16,6 +17,7 @@ import gevent
 import pytest
 from pymongo import errors as pymongo_errors
 
+import greenpool.uri
 from greenpool import ConfigurationError, PoolOptions
 from greenpool.uri import ClientSettings, Credentials, InvalidURIError, Secret, parse_uri
 from tests.uri_dns import StubResolver, install_stub, seedlist_zone
@@ -163,6 +165,10 @@ def test_txt_record_options() -> None:
     settings = parse_quietly("mongodb+srv://test5.test.build.10gen.cc/")
     assert settings.replica_set == "repl0"
     assert settings.extra["authsource"] == "thisDB"  # no user: nobody to authenticate
+
+
+def test_the_examples_in_the_docstrings() -> None:
+    assert doctest.testmod(greenpool.uri).failed == 0
 
 
 # --- credentials --------------------------------------------------------------------

@@ -64,7 +64,7 @@ def server_context(certificate_file: Path, *, client_ca: Path | None = None) -> 
 def handshake(client: ssl.SSLContext, server: ssl.SSLContext, hostname: str) -> None:
     """Run a TLS handshake between the two contexts; raise what either side raises."""
     client_end = _End(client, server_hostname=hostname)
-    server_end = _End(server, server_side=True)
+    server_end = _End(server)
     for _ in range(10):
         finished = [client_end.step(), server_end.step()]
         client_end.send_to(server_end)
@@ -75,11 +75,16 @@ def handshake(client: ssl.SSLContext, server: ssl.SSLContext, hostname: str) -> 
 
 
 class _End:
-    """One side of the handshake: a TLS object between two memory buffers."""
+    """One side of the handshake: a TLS object between two memory buffers.
 
-    def __init__(self, context: ssl.SSLContext, **wrap: object) -> None:
+    The client names the server it expects; the server names nobody.
+    """
+
+    def __init__(self, context: ssl.SSLContext, server_hostname: str | None = None) -> None:
         self.incoming, self.outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
-        self.tls = context.wrap_bio(self.incoming, self.outgoing, **wrap)  # type: ignore[arg-type]
+        self.tls = context.wrap_bio(self.incoming, self.outgoing,
+                                    server_side=server_hostname is None,
+                                    server_hostname=server_hostname)
 
     def step(self) -> bool:
         try:
