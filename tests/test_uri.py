@@ -1,0 +1,493 @@
+"""greenpool's connection strings beyond the spec files: the settings, secrets,
+messages, load-balancer validation and the TLS context."""
+
+from __future__ import annotations
+
+import doctest
+import ssl
+import traceback
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import dns.exception
+import gevent
+import pytest
+from pymongo import errors as pymongo_errors
+
+import greenpool.uri
+from greenpool import ConfigurationError, PoolOptions
+from greenpool.uri import ClientSettings, Credentials, InvalidURIError, Secret, parse_uri
+from tests.uri_dns import StubResolver, install_stub, seedlist_zone
+from tests.uri_spec import MISSING, SEEDLIST_DIR
+from tests.uri_tls import CLIENT_KEY_PASSWORD, Pki, handshake, make_pki, server_context
+
+PASSWORD = "S3cr3t-Pa55"
+needs_zone = pytest.mark.skipif(not (SEEDLIST_DIR / "README.md").exists(), reason=MISSING)
+
+
+@pytest.fixture(autouse=True)
+def stub_dns(monkeypatch: pytest.MonkeyPatch) -> StubResolver:
+    return install_stub(monkeypatch, seedlist_zone())
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+def option(path: Path) -> str:
+    return quote(str(path), safe="/")
+
+
+def parse_quietly(uri: str) -> ClientSettings:
+    """parse_uri, failing the test on any warning."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        return parse_uri(uri)
+
+
+def warnings_of(uri: str) -> list[str]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        parse_uri(uri)
+    return [str(warning.message) for warning in caught]
+
+
+# --- the settings -------------------------------------------------------------------
+
+
+def test_defaults() -> None:
+    settings = parse_quietly("mongodb://localhost")
+    assert settings == ClientSettings(hosts=(("localhost", 27017),))
+    assert settings.pool == PoolOptions()
+    assert (settings.connect_timeout, settings.socket_timeout) == (20.0, None)
+    assert settings.credentials is None and not settings.tls and not settings.load_balanced
+    assert dict(settings.extra) == {}
+
+
+def test_every_field(pki: Pki) -> None:
+    uri = (
+        f"mongodb://ann:{PASSWORD}@db1.example.com:27018,[::1]/shop"
+        "?maxPoolSize=20&minPoolSize=2&maxIdleTimeMS=60000&maxConnecting=3"
+        "&waitQueueTimeoutMS=1500&appName=checkout&compressors=zlib&zlibCompressionLevel=6"
+        "&connectTimeoutMS=5000&socketTimeoutMS=30000"
+        f"&tls=true&tlsCAFile={option(pki.ca_file)}&tlsCertificateKeyFile={option(pki.client_file)}"
+        f"&tlsCertificateKeyFilePassword={CLIENT_KEY_PASSWORD}&tlsAllowInvalidHostnames=true"
+        "&heartbeatFrequencyMS=2000&serverSelectionTimeoutMS=4000&replicaSet=rs0"
+        "&retryReads=false&retryWrites=false&readPreference=secondaryPreferred"
+        "&authSource=users&authMechanism=SCRAM-SHA-256&w=majority&readConcernLevel=local"
+    )
+    assert parse_quietly(uri) == ClientSettings(
+        hosts=(("db1.example.com", 27018), ("::1", 27017)),
+        pool=PoolOptions(max_pool_size=20, min_pool_size=2, max_idle_time_ms=60000,
+                         max_connecting=3, wait_queue_timeout_ms=1500),
+        credentials=Credentials("ann", Secret(PASSWORD), "users", "SCRAM-SHA-256"),
+        database="shop",
+        app_name="checkout",
+        compressors=("zlib",),
+        zlib_compression_level=6,
+        connect_timeout=5.0,
+        socket_timeout=30.0,
+        tls=True,
+        tls_ca_file=str(pki.ca_file),
+        tls_certificate_key_file=str(pki.client_file),
+        tls_certificate_key_file_password=Secret(CLIENT_KEY_PASSWORD),
+        tls_allow_invalid_hostnames=True,
+        heartbeat_frequency=2.0,
+        server_selection_timeout=4.0,
+        replica_set="rs0",
+        retry_reads=False,
+        retry_writes=False,
+        read_preference="secondaryPreferred",
+        extra={"w": "majority", "readconcernlevel": "local"},
+    )
+
+
+def test_option_names_are_case_insensitive() -> None:
+    settings = parse_quietly("mongodb://h/?MAXPOOLSIZE=7&appname=x&LoadBalanced=true")
+    assert settings.pool.max_pool_size == 7
+    assert (settings.app_name, settings.load_balanced) == ("x", True)
+
+
+def test_unix_domain_socket() -> None:
+    assert parse_quietly("mongodb://%2Ftmp%2Fmongodb-27017.sock").hosts == (
+        ("/tmp/mongodb-27017.sock", None),)
+
+
+@pytest.mark.parametrize(("query", "value"), [
+    ("connectTimeoutMS=0", {"connect_timeout": None}),
+    ("socketTimeoutMS=0", {"socket_timeout": None}),
+    ("socketTimeoutMS=1500", {"socket_timeout": 1.5}),
+    ("serverSelectionTimeoutMS=0", {"server_selection_timeout": 0}),
+    ("maxIdleTimeMS=1234567", {"max_idle_time_ms": 1234567}),
+    ("waitQueueTimeoutMS=2.5", {"wait_queue_timeout_ms": 2.5}),
+])
+def test_durations(query: str, value: dict[str, Any]) -> None:
+    settings = parse_quietly(f"mongodb://h/?{query}")
+    [(name, expected)] = value.items()
+    assert getattr(settings.pool if "_ms" in name else settings, name) == expected
+
+
+def test_tls_insecure_allows_invalid_certificates_and_host_names() -> None:
+    settings = parse_quietly("mongodb://h/?tls=true&tlsInsecure=true")
+    assert settings.tls_insecure
+    assert settings.tls_allow_invalid_certificates and settings.tls_allow_invalid_hostnames
+
+
+def test_tls_file_options_turn_tls_on(pki: Pki) -> None:
+    assert parse_quietly(f"mongodb://h/?tlsCAFile={option(pki.ca_file)}").tls
+
+
+def test_tls_false_with_tls_files_is_an_error(pki: Pki) -> None:
+    with pytest.raises(ConfigurationError, match="tls=false conflicts with tlsCAFile"):
+        parse_uri(f"mongodb://h/?tls=false&tlsCAFile={option(pki.ca_file)}")
+
+
+@needs_zone
+def test_srv_defaults_to_tls_and_keeps_its_host() -> None:
+    settings = parse_quietly("mongodb+srv://test3.test.build.10gen.cc/")
+    assert settings.tls and settings.srv_host == "test3.test.build.10gen.cc"
+    assert settings.hosts == (("localhost.test.build.10gen.cc", 27017),)
+
+
+@needs_zone
+def test_srv_service_name(stub_dns: StubResolver) -> None:
+    settings = parse_quietly("mongodb+srv://test22.test.build.10gen.cc/?srvServiceName=customname")
+    assert settings.srv_service_name == "customname"
+    assert ("_customname._tcp.test22.test.build.10gen.cc", "SRV") in stub_dns.queries
+
+
+@needs_zone
+def test_txt_record_options() -> None:
+    settings = parse_quietly("mongodb+srv://test5.test.build.10gen.cc/")
+    assert settings.replica_set == "repl0"
+    assert settings.extra["authsource"] == "thisDB"  # no user: nobody to authenticate
+
+
+def test_the_examples_in_the_docstrings() -> None:
+    assert doctest.testmod(greenpool.uri).failed == 0
+
+
+# --- credentials --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("uri", "expected"), [
+    ("mongodb://h", None),
+    ("mongodb://h/?authSource=users", None),
+    ("mongodb://ann@h", Credentials("ann")),
+    (f"mongodb://ann:{PASSWORD}@h/shop", Credentials("ann", Secret(PASSWORD), "shop")),
+    (f"mongodb://ann:{PASSWORD}@h/shop?authSource=users",
+     Credentials("ann", Secret(PASSWORD), "users")),
+    (f"mongodb://ann:{PASSWORD}@h/?authMechanism=DEFAULT", Credentials("ann", Secret(PASSWORD))),
+    (f"mongodb://ann:{PASSWORD}@h/shop?authMechanism=PLAIN",
+     Credentials("ann", Secret(PASSWORD), "shop", "PLAIN")),
+    (f"mongodb://ann:{PASSWORD}@h/?authMechanism=PLAIN",
+     Credentials("ann", Secret(PASSWORD), "$external", "PLAIN")),
+    ("mongodb://h/shop?authMechanism=MONGODB-X509",
+     Credentials(None, None, "$external", "MONGODB-X509")),
+    (f"mongodb://AKID:{PASSWORD}@h/?authMechanism=MONGODB-AWS"
+     "&authMechanismProperties=AWS_SESSION_TOKEN:t0ken-xyz",
+     Credentials("AKID", Secret(PASSWORD), "$external", "MONGODB-AWS",
+                 {"AWS_SESSION_TOKEN": Secret("t0ken-xyz")})),
+])
+def test_credentials(uri: str, expected: Credentials | None) -> None:
+    assert parse_quietly(uri).credentials == expected
+
+
+def test_a_password_mechanism_needs_a_user_name() -> None:
+    with pytest.raises(ConfigurationError, match="SCRAM-SHA-256 needs a user name"):
+        parse_uri("mongodb://h/?authMechanism=SCRAM-SHA-256")
+
+
+# --- secrets ------------------------------------------------------------------------
+
+
+def test_secret_hides_itself() -> None:
+    secret = Secret(PASSWORD)
+    for shown in (repr(secret), str(secret), f"{secret}", f"{secret!r}"):
+        assert PASSWORD not in shown
+    assert secret.reveal() == PASSWORD
+    assert secret == Secret(PASSWORD) != Secret("other")
+    assert len({secret, Secret(PASSWORD)}) == 1
+
+
+def test_settings_never_show_secrets(pki: Pki) -> None:
+    token = "t0ken-xyz"
+    settings = parse_quietly(
+        f"mongodb://AKID:{PASSWORD}@h/?authMechanism=MONGODB-AWS"
+        f"&authMechanismProperties=AWS_SESSION_TOKEN:{token}"
+        f"&tlsCertificateKeyFile={option(pki.client_file)}"
+        f"&tlsCertificateKeyFilePassword={CLIENT_KEY_PASSWORD}"
+    )
+    for shown in (repr(settings), str(settings), repr(settings.credentials)):
+        for secret in (PASSWORD, token, CLIENT_KEY_PASSWORD):
+            assert secret not in shown
+
+
+def test_secrets_in_extra_are_hidden() -> None:
+    # Without a user or mechanism the properties are not credentials: they
+    # land in extra, still hidden.
+    settings = parse_quietly("mongodb://h/?authMechanismProperties=AWS_SESSION_TOKEN:t0ken-xyz")
+    assert settings.extra["authmechanismproperties"] == {"AWS_SESSION_TOKEN": Secret("t0ken-xyz")}
+    assert "t0ken-xyz" not in repr(settings)
+
+
+@pytest.mark.parametrize("uri", [
+    f"mongodb://ann:{PASSWORD}@h/?loadBalanced=true&replicaSet=rs",
+    f"mongodb://ann:{PASSWORD}@a,b/?loadBalanced=true",
+    f"mongodb://ann:{PASSWORD}@h:99999",
+    f"mongodb://ann:{PASSWORD}@h/bad db",
+    f"mongodb://ann:{PASSWORD}@h/?tlsCAFile=/no/such/ca.pem",
+    f"mongodb://ann:{PASSWORD}@h/?minPoolSize=9&maxPoolSize=3",
+    f"mongodb+srv://ann:{PASSWORD}@h1,h2/",
+    f"mongodb://ann:{PASSWORD}@h/?tlsCertificateKeyFilePassword={PASSWORD}&tls=false",
+    # Malformed: PyMongo cuts the URI inside the password.
+    "mongodb://ann:S3cr3t/Pa55@h",
+    "mongodb://ann:S3cr3t?Pa55@h",
+    "mongodb://ann:S3cr3t@Pa55@h",
+    "mongodb://ann:S3cr3t:Pa55@h",
+    "mongodb://ann:S3cr3t%Pa55@h",
+])
+def test_errors_never_show_the_password(uri: str) -> None:
+    with pytest.raises(ConfigurationError) as failure:
+        parse_uri(uri)
+    error = failure.value
+    assert error.__cause__ is None and error.__context__ is None
+    shown = "".join([str(error), repr(error), *traceback.format_exception(error)])
+    for piece in ("S3cr3t", "Pa55"):
+        assert piece not in shown
+
+
+def test_warnings_never_show_secrets() -> None:
+    messages = warnings_of(f"mongodb://ann:{PASSWORD}@h/?maxPoolSize={PASSWORD}"
+                           "&tlsCertificateKeyFilePasword=hunter22")
+    assert len(messages) == 2
+    assert not any(PASSWORD in m or "hunter22" in m for m in messages)
+    assert any("maxPoolSize='***'" in m for m in messages)
+    assert any("tlsCertificateKeyFilePasword='***'" in m for m in messages)
+
+
+# --- warnings -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("query", "quoted"), [
+    ("maxIdleTimeMS=soon", "maxIdleTimeMS='soon'"),
+    ("maxConnecting=0", "maxConnecting='0'"),
+    ("loadBalanced=1", "loadBalanced='1'"),
+    ("readPreference=bogus", "readPreference='bogus'"),
+    ("compressors=brotli", "compressors='brotli'"),
+    ("zlibCompressionLevel=12", "zlibCompressionLevel='12'"),
+    ("maxPoolSie=10", "maxPoolSie='10'"),
+])
+def test_warnings_name_the_option_and_value(query: str, quoted: str) -> None:
+    messages = warnings_of(f"mongodb://h/?{query}")
+    assert len(messages) == 1 and quoted in messages[0], messages
+
+
+def test_warnings_point_at_the_caller() -> None:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        parse_uri("mongodb://h/?maxIdleTimeMS=soon")
+    assert [warning.filename for warning in caught] == [__file__]
+
+
+def test_warnings_follow_the_callers_filters() -> None:
+    before = list(warnings.filters)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(UserWarning, match="maxIdleTimeMS='soon'"):
+            parse_uri("mongodb://h/?maxIdleTimeMS=soon")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        parse_uri("mongodb://h/?maxIdleTimeMS=soon")
+    assert warnings.filters == before
+
+
+@needs_zone
+def test_concurrent_srv_parses_keep_their_warnings_apart(
+    stub_dns: StubResolver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def slow_resolve(*args: Any, **kwargs: Any) -> Any:
+        gevent.sleep(0.01)  # a DNS lookup yields to other greenlets
+        return stub_dns.resolve(*args, **kwargs)
+
+    monkeypatch.setattr("dns.resolver.resolve", slow_resolve)
+    filters, showwarning = list(warnings.filters), warnings.showwarning
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        greenlets = [gevent.spawn(parse_uri, f"mongodb+srv://{host}/?maxIdleTimeMS={value}")
+                     for host, value in (("test1.test.build.10gen.cc", "one"),
+                                         ("test3.test.build.10gen.cc", "two"))]
+        gevent.joinall(greenlets, timeout=10, raise_error=True)
+    messages = [str(warning.message) for warning in caught]
+    assert len(messages) == 2
+    assert all(any(f"maxIdleTimeMS='{v}'" in m for m in messages) for v in ("one", "two"))
+    assert (warnings.filters, warnings.showwarning) == (filters, showwarning)
+
+
+# --- errors -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("uri", "words"), [
+    ("mongodb://a,b/?loadBalanced=true", ["multiple hosts", "loadBalanced=true"]),
+    ("mongodb://a/?loadBalanced=true&replicaSet=rs", ["replicaSet", "loadBalanced=true"]),
+    ("mongodb://a/?loadBalanced=true&directConnection=true",
+     ["directConnection=true", "loadBalanced=true"]),
+    ("mongodb+srv://test3.test.build.10gen.cc/?loadBalanced=true&srvMaxHosts=1",
+     ["loadBalanced", "srvMaxHosts"]),
+    # The conflict comes from DNS: the message says where to look.
+    ("mongodb+srv://test1.test.build.10gen.cc/?loadBalanced=true", ["multiple hosts", "SRV"]),
+    ("mongodb+srv://test24.test.build.10gen.cc/?replicaSet=rs", ["replicaSet", "TXT record"]),
+])
+def test_load_balancer_uri_validation(uri: str, words: list[str]) -> None:
+    if uri.startswith("mongodb+srv") and not (SEEDLIST_DIR / "README.md").exists():
+        pytest.skip(MISSING)
+    with pytest.raises(ConfigurationError) as failure:
+        parse_uri(uri)
+    assert isinstance(failure.value, pymongo_errors.ConfigurationError)
+    for word in words:
+        assert word in str(failure.value)
+
+
+def test_load_balanced() -> None:
+    settings = parse_quietly("mongodb://lb.example.com/?loadBalanced=true")
+    assert settings.load_balanced and settings.pool.load_balanced
+
+
+def test_a_malformed_uri_is_also_pymongos_invalid_uri() -> None:
+    with pytest.raises(InvalidURIError, match="Invalid URI scheme") as failure:
+        parse_uri("postgres://h")
+    assert isinstance(failure.value, pymongo_errors.InvalidURI)
+    assert isinstance(failure.value, ConfigurationError)
+
+
+def test_not_a_string() -> None:
+    with pytest.raises(ConfigurationError, match="must be a str, not bytes"):
+        parse_uri(b"mongodb://h")  # type: ignore[arg-type]
+
+
+def test_pool_option_conflicts_name_both_values() -> None:
+    with pytest.raises(ConfigurationError, match=r"minPoolSize \(9\).*maxPoolSize \(3\)"):
+        parse_uri("mongodb://h/?minPoolSize=9&maxPoolSize=3")
+
+
+def test_an_unreadable_tls_file_is_named() -> None:
+    with pytest.raises(ConfigurationError,
+                       match=r"tlsCAFile='/no/such/ca.pem'.*No such file or directory"):
+        parse_uri("mongodb://h/?tlsCAFile=/no/such/ca.pem")
+
+
+@needs_zone
+def test_a_missing_srv_record_is_an_error() -> None:
+    with pytest.raises(ConfigurationError, match="does not exist"):
+        parse_uri("mongodb+srv://test4.test.build.10gen.cc/")
+
+
+def test_a_dns_timeout_is_an_error_not_a_hang(monkeypatch: pytest.MonkeyPatch) -> None:
+    def time_out(*args: Any, **kwargs: Any) -> Any:
+        raise dns.exception.Timeout(timeout=0.1)
+
+    monkeypatch.setattr("dns.resolver.resolve", time_out)
+    with pytest.raises(ConfigurationError, match=r"timed out|timeout"):
+        parse_uri("mongodb+srv://test1.test.build.10gen.cc/?connectTimeoutMS=100")
+
+
+# --- the TLS context ----------------------------------------------------------------
+
+
+def context(uri: str) -> ssl.SSLContext:
+    result = parse_quietly(uri).ssl_context()
+    assert result is not None
+    return result
+
+
+def test_no_tls_no_context() -> None:
+    assert parse_quietly("mongodb://h").ssl_context() is None
+
+
+def test_the_context_verifies_by_default(pki: Pki) -> None:
+    client = context(f"mongodb://h/?tlsCAFile={option(pki.ca_file)}")
+    assert (client.verify_mode, client.check_hostname) == (ssl.CERT_REQUIRED, True)
+    handshake(client, server_context(pki.server_file), "localhost")
+    with pytest.raises(ssl.SSLCertVerificationError, match="Hostname mismatch"):
+        handshake(client, server_context(pki.server_file), "db.example.com")
+
+
+def test_without_a_ca_file_the_system_cas_decide(pki: Pki) -> None:
+    with pytest.raises(ssl.SSLCertVerificationError):
+        handshake(context("mongodb://h/?tls=true"), server_context(pki.server_file), "localhost")
+
+
+def test_allow_invalid_hostnames_still_checks_the_certificate(pki: Pki) -> None:
+    client = context(f"mongodb://h/?tlsCAFile={option(pki.ca_file)}&tlsAllowInvalidHostnames=true")
+    assert (client.verify_mode, client.check_hostname) == (ssl.CERT_REQUIRED, False)
+    handshake(client, server_context(pki.server_file), "db.example.com")
+    untrusting = context("mongodb://h/?tls=true&tlsAllowInvalidHostnames=true")
+    with pytest.raises(ssl.SSLCertVerificationError):
+        handshake(untrusting, server_context(pki.server_file), "db.example.com")
+
+
+@pytest.mark.parametrize("query", ["tlsAllowInvalidCertificates=true", "tlsInsecure=true"])
+def test_allow_invalid_certificates(pki: Pki, query: str) -> None:
+    client = context(f"mongodb://h/?tls=true&{query}")
+    assert (client.verify_mode, client.check_hostname) == (ssl.CERT_NONE, False)
+    handshake(client, server_context(pki.server_file), "db.example.com")
+
+
+def test_client_certificate_with_an_encrypted_key(pki: Pki) -> None:
+    server = server_context(pki.server_file, client_ca=pki.ca_file)
+    client = context(f"mongodb://h/?tlsCAFile={option(pki.ca_file)}"
+                     f"&tlsCertificateKeyFile={option(pki.client_file)}"
+                     f"&tlsCertificateKeyFilePassword={CLIENT_KEY_PASSWORD}")
+    handshake(client, server, "localhost")
+    with pytest.raises(ssl.SSLError, match="PEER_DID_NOT_RETURN_A_CERTIFICATE"):
+        handshake(context(f"mongodb://h/?tlsCAFile={option(pki.ca_file)}"), server, "localhost")
+
+
+def test_a_wrong_key_password_is_named_not_shown(pki: Pki) -> None:
+    settings = parse_quietly(f"mongodb://h/?tlsCertificateKeyFile={option(pki.client_file)}"
+                             "&tlsCertificateKeyFilePassword=wrong-guess-42")
+    with pytest.raises(ConfigurationError, match="tlsCertificateKeyFile") as failure:
+        settings.ssl_context()
+    assert str(pki.client_file) in str(failure.value)
+    assert "wrong-guess-42" not in "".join(traceback.format_exception(failure.value))
+
+
+def test_an_encrypted_key_without_a_password_fails_at_once(pki: Pki) -> None:
+    # OpenSSL would otherwise ask on the terminal, and wait.
+    settings = parse_quietly(f"mongodb://h/?tlsCertificateKeyFile={option(pki.client_file)}")
+    with pytest.raises(ConfigurationError, match="give its passphrase as tlsCertificateKey"):
+        settings.ssl_context()
+
+
+def test_crl_file_rejects_revoked_servers(pki: Pki) -> None:
+    client = context(f"mongodb://h/?tlsCAFile={option(pki.ca_file)}"
+                     f"&tlsCRLFile={option(pki.crl_file)}")
+    assert client.verify_flags & ssl.VERIFY_CRL_CHECK_LEAF
+    handshake(client, server_context(pki.server_file), "localhost")
+    with pytest.raises(ssl.SSLCertVerificationError, match="revoked"):
+        handshake(client, server_context(pki.revoked_server_file), "localhost")
+
+
+@pytest.fixture
+def copied_ca(pki: Pki, tmp_path: Path) -> Iterator[Path]:
+    path = tmp_path / "ca.pem"
+    path.write_bytes(pki.ca_file.read_bytes())
+    yield path
+
+
+def test_a_tls_file_gone_after_parsing_is_named(copied_ca: Path) -> None:
+    settings = parse_quietly(f"mongodb://h/?tlsCAFile={option(copied_ca)}")
+    copied_ca.unlink()
+    with pytest.raises(ConfigurationError, match=f"tlsCAFile '{copied_ca}' does not exist"):
+        settings.ssl_context()
+
+
+def test_a_tls_file_that_is_not_pem_is_named(copied_ca: Path) -> None:
+    copied_ca.write_text("not a certificate\n")
+    settings = parse_quietly(f"mongodb://h/?tlsCAFile={option(copied_ca)}")
+    with pytest.raises(ConfigurationError, match=f"tlsCAFile '{copied_ca}' could not be loaded"):
+        settings.ssl_context()
