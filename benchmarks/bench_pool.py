@@ -24,15 +24,12 @@ import gc
 import statistics
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import gevent
 import gevent.lock
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from greenpool import Pool  # noqa: E402
+from greenpool import Pool
 
 
 class NullTransport:

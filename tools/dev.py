@@ -51,7 +51,7 @@ def demo(args: list[str]) -> None:
 
 
 def test(args: list[str]) -> None:
-    run(PYTHON, "-m", "ruff", "check", "greenpool", "tests", "benchmarks", "examples", "tools")
+    run(PYTHON, "-m", "ruff", "check", ".")
     run(PYTHON, "-m", "mypy", "--strict", "greenpool")
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
     run(PYTHON, "-m", "pytest", *args, env=env)
