@@ -200,6 +200,10 @@ class Pool(Generic[T]):
     ) -> None:
         self.address: Address = parse_address(address)
         self.options = options if isinstance(options, PoolOptions) else PoolOptions(options)
+        # Read on every checkout and checkin; options never change.
+        self._load_balanced = self.options.load_balanced
+        self._max_idle = self.options.max_idle_time
+        self._min_pool_size = self.options.min_pool_size
         self._connector = connector
         self._on_establish_error = on_establish_error
         self._events = Publisher(self.address, listeners)
@@ -242,7 +246,7 @@ class Pool(Generic[T]):
         """Whether ``conn`` belongs to an older generation than the pool's
         (for its serviceId in load-balanced mode). SDAM ignores errors on
         stale connections."""
-        if self.options.load_balanced:
+        if self._load_balanced:
             entry = self._services.get(conn.service_id)
             return entry is None or conn.generation != entry[0]
         return conn.generation != self._generation
@@ -280,7 +284,18 @@ class Pool(Generic[T]):
         """
         if timeout is not None and not timeout >= 0:
             raise ValueError(f"checkout timeout must be None or a number >= 0, not {timeout!r}")
-        self._check_owner()
+        if self._pid != os.getpid() or self._thread != _real_thread_id():
+            self._check_owner()
+        # The fast path: nobody listens, nobody waits, the newest idle
+        # connection is fresh. Anything else takes the general path below.
+        if (self._state is PoolState.READY and not self._queue.waiting
+                and not self._events.active):
+            conn = self._take_fresh()
+            if conn is not None:
+                return conn
+        return self._checkout(timeout)
+
+    def _checkout(self, timeout: float | None) -> Connection[T]:
         started = _now()
         events = self._events
         events.checkout_started()
@@ -475,7 +490,8 @@ class Pool(Generic[T]):
         """Check in without reporting yet (the caller flushes)."""
         if conn._pool is not self:
             raise ValueError(f"{conn!r} was checked out of another pool, not {self!r}")
-        self._check_owner()
+        # No pid check here: after a fork the at-fork hook has already marked
+        # inherited connections errored, and the next checkout resets the pool.
         if conn._pid != self._pid:  # checked out before a fork: drop it quietly
             conn.state = ConnectionState.CLOSED
             if conn.transport is not None:
@@ -491,7 +507,7 @@ class Pool(Generic[T]):
         """An in-use connection comes back: close it if perished, else free it."""
         self._in_use.discard(conn)
         conn.purpose = Purpose.OTHER
-        if self.closed:
+        if self._state is PoolState.CLOSED:
             self._retire(conn, _Closed.POOL_CLOSED)
         elif self.is_stale(conn):
             self._retire(conn, _Closed.STALE)
@@ -502,7 +518,7 @@ class Pool(Generic[T]):
 
     def _release(self, conn: Connection[T]) -> None:
         """Hand a good connection to the oldest waiter, or make it available."""
-        if self._queue:
+        if self._queue.waiting:
             conn.state = ConnectionState.IN_USE
             self._in_use.add(conn)
             if self._queue.deliver(conn):
@@ -530,8 +546,9 @@ class Pool(Generic[T]):
         self._events.flush()
 
     def _rebalance(self) -> None:
-        self._dispatch()
-        if self._total() < self.options.min_pool_size and self._may_create():
+        if self._queue.waiting:
+            self._dispatch()
+        if self._min_pool_size and self._total() < self._min_pool_size and self._may_create():
             self._alarm.ring()
 
     def _dispatch(self) -> None:
@@ -543,6 +560,21 @@ class Pool(Generic[T]):
                 return
             if not queue.deliver(conn):  # cannot happen: the queue had a live slot
                 self._give_back(conn)
+
+    def _take_fresh(self) -> Connection[T] | None:
+        """The newest available connection, in use now, if it has not
+        perished; else None, touching nothing."""
+        available = self._available
+        if not available:
+            return None
+        conn = available[-1]
+        if conn.error is not None or self._generation != conn.generation or (
+                self._load_balanced or self._max_idle is not None):
+            return None  # maybe perished: the general path decides
+        available.pop()
+        conn.state = ConnectionState.IN_USE
+        self._in_use.add(conn)
+        return conn
 
     def _grant(self, wanting: int) -> Connection[T] | None:
         """An available connection (now in use), a new pending one, or None.
@@ -585,7 +617,7 @@ class Pool(Generic[T]):
             return _Closed.STALE
         if conn.error is not None:
             return _Closed.ERROR
-        max_idle = self.options.max_idle_time
+        max_idle = self._max_idle
         if max_idle is not None and now - conn._idle_since > max_idle:
             return _Closed.IDLE
         return None

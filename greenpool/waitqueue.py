@@ -126,7 +126,7 @@ class Slot(Generic[T]):
 
     def _resolve(self) -> None:
         self._resolved = True
-        self._queue._live -= 1
+        self._queue.waiting -= 1
 
     def _wake_soon(self) -> None:
         if self._greenlet is not None:
@@ -150,23 +150,23 @@ class Slot(Generic[T]):
 class WaitQueue(Generic[T]):
     """Slots in arrival order; values go to the oldest live slot."""
 
-    __slots__ = ("_live", "_slots")
+    __slots__ = ("_slots", "waiting")
 
     def __init__(self) -> None:
         self._slots: deque[Slot[T]] = deque()
-        self._live = 0
+        #: How many slots are still waiting (cancelled ones do not count).
+        self.waiting = 0
 
     def __len__(self) -> int:
-        """How many slots are still waiting (cancelled ones do not count)."""
-        return self._live
+        return self.waiting
 
     def join(self) -> Slot[T]:
         """A new slot at the back of the line."""
-        if len(self._slots) > 2 * self._live + _COMPACT_SLACK:
+        if len(self._slots) > 2 * self.waiting + _COMPACT_SLACK:
             self._slots = deque(slot for slot in self._slots if not slot.resolved)
         slot: Slot[T] = Slot(self)
         self._slots.append(slot)
-        self._live += 1
+        self.waiting += 1
         return slot
 
     def deliver(self, value: T) -> bool:
