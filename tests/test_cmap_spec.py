@@ -17,6 +17,7 @@ from tests.mock import MockConnector
 
 TESTS = load_cmap_tests()
 UNIT = [(name, test) for name, test in TESTS if test["style"] == "unit"]
+INTEGRATION = [(name, test) for name, test in TESTS if test["style"] == "integration"]
 
 
 def make_mock_pool(options: dict[str, Any], listener: object) -> Pool[Any]:
@@ -29,8 +30,14 @@ def make_mock_pool(options: dict[str, Any], listener: object) -> Pool[Any]:
 def test_spec_tests_are_present() -> None:
     """One visible skip when the spec files are missing; never a silent pass."""
     assert len(UNIT) == 26, [name for name, _ in UNIT]
+    assert len(INTEGRATION) == 7, [name for name, _ in INTEGRATION]
 
 
 @pytest.mark.parametrize(("name", "test"), UNIT, ids=[name for name, _ in UNIT])
 def test_cmap_unit(name: str, test: dict[str, Any]) -> None:
     CmapTestRunner(test, make_mock_pool).run()
+
+
+@pytest.mark.parametrize(("name", "test"), INTEGRATION, ids=[name for name, _ in INTEGRATION])
+def test_cmap_integration(name: str, test: dict[str, Any]) -> None:
+    pytest.skip("integration-style: needs greenpool's real connections to a server")
