@@ -177,6 +177,14 @@ class WaitQueue(Generic[T]):
                 return True
         return False
 
+    def deliver_all(self, value: T) -> int:
+        """Give ``value`` to every live slot (a broadcast); return how many."""
+        delivered = 0
+        slots, self._slots = self._slots, deque()
+        for slot in slots:
+            delivered += slot.deliver(value)
+        return delivered
+
     def fail_all(self, make_error: Callable[[], BaseException]) -> int:
         """Fail every live slot with its own ``make_error()``; return how many."""
         failed = 0

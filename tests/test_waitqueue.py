@@ -137,6 +137,17 @@ def test_fail_all_reaches_every_live_waiter_with_its_own_error() -> None:
     assert len(queue) == 0
 
 
+def test_deliver_all_wakes_every_live_waiter() -> None:
+    queue: WaitQueue[str] = WaitQueue()
+    slots = [queue.join() for _ in range(3)]
+    slots[0].abandon()
+    greenlets = [gevent.spawn(slot.wait, 5) for slot in slots[1:]]
+    gevent.sleep(0)
+    assert queue.deliver_all("known") == 2
+    assert [g.get(timeout=5) for g in greenlets] == ["known", "known"]
+    assert len(queue) == 0
+
+
 def test_cancelled_slots_are_compacted() -> None:
     queue: WaitQueue[int] = WaitQueue()
     for _ in range(1000):

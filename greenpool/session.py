@@ -1,0 +1,234 @@
+"""Client sessions and transactions.
+
+A :class:`Session` carries a logical session id (``lsid``) and, for
+transactions, a transaction number and a small state machine (the
+Transactions spec's states). It decorates the commands run in it; the client
+does the I/O. ``with_transaction`` implements the spec's convenient API:
+retry the whole transaction on ``TransientTransactionError``, and the commit
+on ``UnknownTransactionCommitResult``, for up to 120 seconds.
+
+In load-balanced mode a transaction keeps one connection from its first
+command to its commit or abort (``pinned``), so that every command reaches
+the same service behind the balancer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import time
+import uuid
+from collections.abc import Callable, Mapping, MutableMapping
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from bson.binary import UUID_SUBTYPE, Binary
+from pymongo.errors import ConnectionFailure, InvalidOperation, OperationFailure, PyMongoError
+
+if TYPE_CHECKING:
+    from greenpool.client import Client
+    from greenpool.pool import Connection
+
+__all__ = ["Session", "TransactionState"]
+
+R = TypeVar("R")
+
+# The convenient API gives up retrying after this long (Transactions spec).
+WITH_TRANSACTION_TIMEOUT = 120.0
+# Code 50: a commit that exceeded maxTimeMS is not retried as "unknown".
+_MAX_TIME_MS_EXPIRED = 50
+# Retried commits use majority write concern so the retry cannot double-apply.
+_RETRY_COMMIT_WRITE_CONCERN = {"w": "majority", "wtimeout": 10_000}
+
+
+class TransactionState(enum.Enum):
+    NONE = "none"
+    STARTING = "starting"
+    IN_PROGRESS = "in progress"
+    COMMITTED = "committed"
+    COMMITTED_EMPTY = "committed empty"
+    ABORTED = "aborted"
+
+
+class Session:
+    """A client session; use it as a context manager to end it.
+
+    >>> with client.start_session() as session:  # doctest: +SKIP
+    ...     session.with_transaction(lambda s: client.command("db", {...}, session=s))
+    """
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+        self.lsid: dict[str, Any] = {"id": Binary(uuid.uuid4().bytes, UUID_SUBTYPE)}
+        self.txn_number = 0
+        self.state = TransactionState.NONE
+        self.ended = False
+        #: The connection a load-balanced transaction is pinned to.
+        self.pinned: Connection[Any] | None = None
+        self._commit_attempts = 0
+
+    @property
+    def in_transaction(self) -> bool:
+        return self.state in (TransactionState.STARTING, TransactionState.IN_PROGRESS)
+
+    # -- the state machine ------------------------------------------------------
+
+    def start_transaction(self) -> None:
+        """Begin a transaction; the next command in this session starts it."""
+        self._check_not_ended()
+        if self.in_transaction:
+            raise InvalidOperation("Transaction already in progress")
+        self._unpin()
+        self.txn_number += 1
+        self.state = TransactionState.STARTING
+        self._commit_attempts = 0
+
+    def decorate(self, command: MutableMapping[str, Any]) -> None:
+        """Add what this session and its transaction require to ``command``."""
+        self._check_not_ended()
+        command["lsid"] = self.lsid
+        if self.in_transaction:
+            command["txnNumber"] = self.txn_number
+            command["autocommit"] = False
+            if self.state is TransactionState.STARTING:
+                command["startTransaction"] = True
+                self.state = TransactionState.IN_PROGRESS
+        elif self.state in (TransactionState.COMMITTED, TransactionState.COMMITTED_EMPTY,
+                            TransactionState.ABORTED):
+            # An operation after a finished transaction starts afresh (spec).
+            self.state = TransactionState.NONE
+            self._unpin()
+
+    def commit_transaction(self) -> None:
+        """Commit; a commit of a transaction that ran nothing sends nothing."""
+        state = self.state
+        if state is TransactionState.NONE:
+            raise InvalidOperation("No transaction started")
+        if state is TransactionState.ABORTED:
+            raise InvalidOperation("Cannot call commitTransaction after calling abortTransaction")
+        if state in (TransactionState.STARTING, TransactionState.COMMITTED_EMPTY):
+            self.state = TransactionState.COMMITTED_EMPTY
+            return
+        # Committing again (COMMITTED) is allowed: it retries the commit.
+        command: dict[str, Any] = {"commitTransaction": 1}
+        if self._commit_attempts:
+            command["writeConcern"] = _RETRY_COMMIT_WRITE_CONCERN
+        self._commit_attempts += 1
+        try:
+            self._run_finishing(command)
+        except PyMongoError as error:
+            if isinstance(error, ConnectionFailure) or (
+                    isinstance(error, OperationFailure) and _is_unknown_commit_result(error)):
+                _label(error, "UnknownTransactionCommitResult")
+            self.forget_pin_after(error)
+            raise
+        finally:
+            # A committed transaction stays pinned so the commit can be retried.
+            self.state = TransactionState.COMMITTED
+
+    def abort_transaction(self) -> None:
+        """Abort; errors from the server are ignored, as the spec says."""
+        state = self.state
+        if state is TransactionState.NONE:
+            raise InvalidOperation("No transaction started")
+        if state in (TransactionState.COMMITTED, TransactionState.COMMITTED_EMPTY):
+            raise InvalidOperation("Cannot call abortTransaction after calling commitTransaction")
+        if state is TransactionState.ABORTED:
+            raise InvalidOperation("Cannot call abortTransaction twice")
+        self.state = TransactionState.ABORTED
+        if state is TransactionState.IN_PROGRESS:
+            with contextlib.suppress(PyMongoError):
+                self._run_finishing({"abortTransaction": 1})
+        self._unpin()
+
+    def forget_pin_after(self, error: PyMongoError) -> None:
+        """Unpin after a transient error: the transaction will be retried,
+        possibly elsewhere (the sharded transactions "when to unpin" rule)."""
+        if (error.has_error_label("TransientTransactionError")
+                or error.has_error_label("UnknownTransactionCommitResult")):
+            self._unpin()
+
+    def with_transaction(self, callback: Callable[[Session], R]) -> R:
+        """Run ``callback(session)`` in a transaction and commit, retrying as
+        the Transactions spec's convenient API does; return its result."""
+        started = time.monotonic()
+
+        def time_left() -> bool:
+            return time.monotonic() - started < WITH_TRANSACTION_TIMEOUT
+
+        while True:
+            self.start_transaction()
+            try:
+                result = callback(self)
+            except BaseException as error:
+                if self.in_transaction:
+                    self.abort_transaction()
+                if (isinstance(error, PyMongoError)
+                        and error.has_error_label("TransientTransactionError") and time_left()):
+                    continue
+                raise
+            if not self.in_transaction:
+                return result  # the callback committed or aborted itself
+            while True:
+                try:
+                    self.commit_transaction()
+                    return result
+                except PyMongoError as error:
+                    if (error.has_error_label("UnknownTransactionCommitResult")
+                            and not _is_max_time_expired(error) and time_left()):
+                        continue
+                    if error.has_error_label("TransientTransactionError") and time_left():
+                        break  # retry the whole transaction
+                    raise
+
+    def end(self) -> None:
+        """End the session: abort an open transaction, return the lsid."""
+        if self.ended:
+            return
+        if self.in_transaction:
+            self.abort_transaction()
+        self._unpin()
+        self.ended = True
+        self._client._session_ended(self)
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.end()
+
+    # -- helpers ----------------------------------------------------------------
+
+    def _run_finishing(self, command: dict[str, Any]) -> None:
+        command["lsid"] = self.lsid
+        command["txnNumber"] = self.txn_number
+        command["autocommit"] = False
+        self._client._run_in_session(self, "admin", command)
+
+    def _unpin(self) -> None:
+        pinned, self.pinned = self.pinned, None
+        if pinned is not None:
+            self._client._release_pinned(pinned)
+
+    def _check_not_ended(self) -> None:
+        if self.ended:
+            raise InvalidOperation("Cannot use ended session")
+
+
+def _label(error: PyMongoError, label: str) -> None:
+    if not error.has_error_label(label):
+        error._add_error_label(label)
+
+
+def _is_max_time_expired(error: PyMongoError) -> bool:
+    details: Mapping[str, Any] = getattr(error, "details", None) or {}
+    wce = details.get("writeConcernError") or {}
+    return bool(getattr(error, "code", None) == _MAX_TIME_MS_EXPIRED
+                or wce.get("code") == _MAX_TIME_MS_EXPIRED)
+
+
+def _is_unknown_commit_result(error: OperationFailure) -> bool:
+    # Write concern failures and retryable-write errors leave the outcome unknown.
+    if error.has_error_label("RetryableWriteError"):
+        return True
+    details: Mapping[str, Any] = error.details or {}
+    return "writeConcernError" in details or error.code in (64, 79, 100)

@@ -1,0 +1,302 @@
+"""The Client's topology: one server, or one load balancer, and its monitor.
+
+greenpool's :class:`~greenpool.Client` talks to a single endpoint, so its
+topology is either ``Single`` (a directly connected server, checked by a
+monitor greenlet) or ``LoadBalanced`` (no monitor, per the Load Balancer
+spec). Descriptions and events are PyMongo's own classes, delivered to
+PyMongo's ``TopologyListener``, ``ServerListener`` and
+``ServerHeartbeatListener`` objects, so existing SDAM listeners work.
+
+What the topology does with errors is decided by :mod:`greenpool.sdam`; this
+module applies the verdicts: it marks the server Unknown, clears the pool
+(with the error that caused it) and requests an immediate check.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import gevent
+from bson.objectid import ObjectId
+from pymongo import monitoring as _m
+from pymongo.errors import ConnectionFailure, ServerSelectionTimeoutError
+from pymongo.hello import Hello
+from pymongo.server_description import ServerDescription
+from pymongo.topology_description import TOPOLOGY_TYPE, TopologyDescription
+
+from greenpool.address import Address, format_address
+from greenpool.pool import Connection, Pool
+from greenpool.sdam import ErrorContext, Phase, Verdict, check_failed, judge
+from greenpool.waitqueue import Alarm, WaitQueue, WaitTimedOut
+
+__all__ = ["Checker", "Monitor", "Topology"]
+
+_LOG = logging.getLogger("greenpool")
+# SDAM's minHeartbeatFrequencyMS: requested checks come at most this often.
+MIN_HEARTBEAT_FREQUENCY = 0.5
+
+
+@dataclass
+class _Settings:
+    """What PyMongo's TopologyDescription reads from its settings object."""
+
+    seeds: list[Address]
+    heartbeat_frequency: float
+    _topology_id: ObjectId = field(default_factory=ObjectId)
+    _srv_max_hosts: int = 0
+    local_threshold_ms: int = 15
+    load_balanced: bool = False
+    direct: bool = True
+    replica_set_name: str | None = None
+
+
+class Checker(Protocol):
+    """One monitoring connection: each ``check()`` is a hello round trip."""
+
+    def check(self) -> tuple[dict[str, Any], float]:
+        """The hello reply and the round-trip time in seconds; raises on failure."""
+
+    def close(self) -> None:
+        """Close the monitoring connection now (interrupting a check)."""
+
+
+class Topology:
+    """The one server the Client talks to, as SDAM describes it."""
+
+    def __init__(self, address: Address, pool: Pool[Any], *, load_balanced: bool,
+                 heartbeat_frequency: float, server_selection_timeout: float,
+                 listeners: Iterable[object] = ()) -> None:
+        self.address = address
+        self.pool = pool
+        self.load_balanced = load_balanced
+        self.server_selection_timeout = server_selection_timeout
+        self._listeners = list(listeners)
+        self._settings = _Settings([address], heartbeat_frequency, load_balanced=load_balanced)
+        self._server = ServerDescription(address)
+        self._description = self._describe(TOPOLOGY_TYPE.Unknown, {})
+        self._known: WaitQueue[bool] = WaitQueue()
+        self.monitor: Monitor | None = None
+        self._closed = False
+
+    @property
+    def topology_id(self) -> ObjectId:
+        return self._settings._topology_id
+
+    @property
+    def description(self) -> TopologyDescription:
+        return self._description
+
+    @property
+    def server(self) -> ServerDescription:
+        return self._server
+
+    # -- opening and closing --------------------------------------------------------
+
+    def open(self, make_checker: Callable[[], Checker] | None) -> None:
+        """Emit the opening events; start the monitor, or in load-balanced
+        mode describe the balancer and make the pool ready at once."""
+        self._emit("opened", _m.TopologyOpenedEvent(self.topology_id))
+        kind = TOPOLOGY_TYPE.LoadBalanced if self.load_balanced else TOPOLOGY_TYPE.Single
+        self._change_topology(self._describe(kind, {self.address: self._server}))
+        self._emit("opened", _m.ServerOpeningEvent(self.address, self.topology_id))
+        if self.load_balanced:
+            # The Load Balancer spec: no monitor, and the server is described
+            # as a LoadBalancer from the start.
+            hello = Hello({"ok": 1, "serviceId": self.topology_id, "maxWireVersion": 13})
+            self._change_server(ServerDescription(self.address, hello))
+            self.pool.ready()
+        else:
+            assert make_checker is not None
+            self.monitor = Monitor(self, make_checker)
+            self.monitor.start()
+
+    def close(self) -> None:
+        """Stop the monitor and emit the closing events."""
+        if self._closed:
+            return
+        self._closed = True
+        if self.monitor is not None:
+            self.monitor.stop()
+        self._emit("closed", _m.ServerClosedEvent(self.address, self.topology_id))
+        self._change_topology(self._describe(TOPOLOGY_TYPE.Unknown, {}))
+        self._emit("closed", _m.TopologyClosedEvent(self.topology_id))
+        self._known.fail_all(lambda: ServerSelectionTimeoutError("the client was closed"))
+
+    # -- server selection -------------------------------------------------------------
+
+    def select(self, timeout: float | None = None) -> None:
+        """Wait until the server is usable (known), at most the server
+        selection timeout; requests an immediate check while waiting."""
+        if self._closed:
+            raise ServerSelectionTimeoutError(
+                f"{format_address(self.address)}: the client was closed")
+        if self._server.is_server_type_known:
+            return
+        limit = self.server_selection_timeout if timeout is None else timeout
+        if self.monitor is not None:
+            self.monitor.request_check()
+        try:
+            self._known.join().wait(limit)
+        except WaitTimedOut:
+            raise ServerSelectionTimeoutError(
+                f"{format_address(self.address)}: no usable server within {limit:g} s; "
+                f"last error: {self._server.error!r}"
+            ) from None
+
+    # -- what checks and errors tell us ---------------------------------------------------
+
+    def check_succeeded(self, reply: dict[str, Any], round_trip: float) -> None:
+        """A monitor check succeeded: describe the server, resume the pool."""
+        self._change_server(ServerDescription(self.address, Hello(reply), round_trip))
+        self.pool.ready()
+        self._known.deliver_all(True)
+
+    def check_failed(self, error: Exception) -> None:
+        """A monitor check failed: Unknown, and the pool cleared (and
+        in-use connections interrupted if the check timed out)."""
+        self._apply(check_failed(error), error, service_id=None)
+
+    def handle_error(self, error: Exception, phase: Phase,
+                     conn: Connection[Any] | None = None) -> Verdict:
+        """Apply SDAM's rules to an application error on ``conn``."""
+        context = ErrorContext(
+            error, phase,
+            stale=conn is not None and self.pool.is_stale(conn),
+            load_balanced=self.load_balanced,
+            max_wire_version=self._server.max_wire_version,
+        )
+        verdict = judge(context)
+        self._apply(verdict, error, service_id=conn.service_id if conn is not None else None)
+        return verdict
+
+    def _apply(self, verdict: Verdict, error: Exception, service_id: ObjectId | None) -> None:
+        if verdict.mark_unknown and not self.load_balanced:
+            self._change_server(ServerDescription(self.address, error=error))
+        if verdict.clear:
+            if self.load_balanced:
+                if service_id is not None:
+                    self.pool.clear(service_id=service_id, error=error)
+            else:
+                self.pool.clear(interrupt_in_use_connections=verdict.interrupt, error=error)
+        if verdict.request_check and self.monitor is not None:
+            self.monitor.request_check()
+        elif verdict.mark_unknown and self.monitor is not None:
+            # SDAM: after a network error, cancel the check in progress and
+            # close the monitoring connection; the next check reconnects.
+            self.monitor.cancel_check()
+
+    # -- descriptions and events ------------------------------------------------------------
+
+    def _describe(
+        self, kind: int, servers: dict[Address, ServerDescription]
+    ) -> TopologyDescription:
+        return TopologyDescription(kind, servers, None, None, None, self._settings)
+
+    def _change_server(self, new: ServerDescription) -> None:
+        old, self._server = self._server, new
+        if old != new:
+            self._emit("description_changed", _m.ServerDescriptionChangedEvent(
+                old, new, self.address, self.topology_id))
+            kind = self._description.topology_type
+            self._change_topology(self._describe(kind, {self.address: new}))
+
+    def _change_topology(self, new: TopologyDescription) -> None:
+        old, self._description = self._description, new
+        self._emit("description_changed", _m.TopologyDescriptionChangedEvent(
+            old, new, self.topology_id))
+
+    def _emit(self, method: str, event: object) -> None:
+        kind = _LISTENER_KINDS[type(event)]
+        for listener in self._listeners:
+            if isinstance(listener, kind):
+                try:
+                    getattr(listener, method)(event)
+                except Exception:
+                    _LOG.exception("greenpool: listener %r raised in %s", listener, method)
+
+
+_LISTENER_KINDS: dict[type, type] = {
+    _m.TopologyOpenedEvent: _m.TopologyListener,
+    _m.TopologyDescriptionChangedEvent: _m.TopologyListener,
+    _m.TopologyClosedEvent: _m.TopologyListener,
+    _m.ServerOpeningEvent: _m.ServerListener,
+    _m.ServerDescriptionChangedEvent: _m.ServerListener,
+    _m.ServerClosedEvent: _m.ServerListener,
+    _m.ServerHeartbeatStartedEvent: _m.ServerHeartbeatListener,
+    _m.ServerHeartbeatSucceededEvent: _m.ServerHeartbeatListener,
+    _m.ServerHeartbeatFailedEvent: _m.ServerHeartbeatListener,
+}
+
+
+class Monitor:
+    """SDAM's server monitor, as one greenlet with its own connection.
+
+    Each check is a hello on the monitoring connection (opened, with the
+    handshake as the first check, when there is none). Between checks it
+    sleeps heartbeatFrequencyMS, or less when a check is requested (at most
+    every 500 ms). After a network error on a server that was known it checks
+    again at once, as the spec's retry-once rule says. Its sleeps never keep
+    ``Hub.join()`` waiting.
+    """
+
+    def __init__(self, topology: Topology, make_checker: Callable[[], Checker]) -> None:
+        self._topology = topology
+        self._make_checker = make_checker
+        self._checker: Checker | None = None
+        self._alarm = Alarm()
+        self._greenlet: gevent.Greenlet | None = None
+        self._last_check = 0.0
+
+    def start(self) -> None:
+        self._greenlet = gevent.spawn(self._run)
+
+    def stop(self) -> None:
+        greenlet, self._greenlet = self._greenlet, None
+        if greenlet is not None and greenlet is not gevent.getcurrent():
+            greenlet.kill(block=False)
+        self.cancel_check()
+
+    def request_check(self) -> None:
+        self._alarm.ring()
+
+    def cancel_check(self) -> None:
+        checker, self._checker = self._checker, None
+        if checker is not None:
+            checker.close()
+
+    def _run(self) -> None:
+        frequency = self._topology._settings.heartbeat_frequency
+        while True:
+            was_known = self._topology.server.is_server_type_known
+            failed = self._check_once()
+            if isinstance(failed, ConnectionFailure) and was_known:
+                self._check_once()  # a network error on a known server: retry at once (SDAM)
+            self._alarm.sleep(frequency)
+            # Requested checks may come early, but not more often than 500 ms.
+            while (early := MIN_HEARTBEAT_FREQUENCY - (time.monotonic() - self._last_check)) > 0:
+                self._alarm.sleep(early)
+
+    def _check_once(self) -> BaseException | None:
+        topology = self._topology
+        self._last_check = time.monotonic()
+        topology._emit("started", _m.ServerHeartbeatStartedEvent(topology.address, False))
+        started = time.monotonic()
+        try:
+            if self._checker is None:
+                self._checker = self._make_checker()
+            reply, round_trip = self._checker.check()
+        except Exception as error:
+            self.cancel_check()
+            topology._emit("failed", _m.ServerHeartbeatFailedEvent(
+                time.monotonic() - started, error, topology.address, False))
+            topology.check_failed(error)
+            return error
+        topology._emit("succeeded", _m.ServerHeartbeatSucceededEvent(
+            round_trip, Hello(reply), topology.address, False))
+        topology.check_succeeded(reply, round_trip)
+        return None
+
