@@ -54,6 +54,7 @@ import gevent
 from bson.objectid import ObjectId
 from gevent import socket as gsocket
 from gevent import ssl as gssl
+from gevent.monkey import get_original
 from pymongo.errors import AutoReconnect, NetworkTimeout
 
 from greenpool.address import Address, format_address, parse_address
@@ -87,6 +88,10 @@ __all__ = [
 ]
 
 _R = TypeVar("_R")
+
+# The standard library's context class, even under monkey-patching (which
+# replaces ssl.SSLContext with gevent's subclass): both kinds are accepted.
+_STDLIB_SSL_CONTEXT: type[ssl.SSLContext] = get_original("ssl", "SSLContext")
 
 #: The attribute :func:`connect` sets on every exception it raises (not on kills).
 HANDSHAKE_COMPLETED = "handshake_completed"
@@ -149,7 +154,7 @@ class LinkOptions:
     def __post_init__(self) -> None:
         _check_timeout("connect_timeout", self.connect_timeout)
         _check_timeout("socket_timeout", self.socket_timeout)
-        if self.ssl_context is not None and not isinstance(self.ssl_context, ssl.SSLContext):
+        if self.ssl_context is not None and not isinstance(self.ssl_context, _STDLIB_SSL_CONTEXT):
             raise ConfigurationError(
                 f"ssl_context must be an ssl.SSLContext, not {type(self.ssl_context).__name__}"
             )
