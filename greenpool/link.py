@@ -468,11 +468,13 @@ class Link:
         where = format_address(self.address)
         if self._was_interrupted():
             error: Exception = PoolClearedError.interrupted(self.address)
+        elif self._closed or isinstance(exc, _PeerClosed):
+            # Closed under us by close() in another greenlet (whatever the
+            # socket raised then), or by the server.
+            error = AutoReconnect(f"{where}: connection closed")
         elif isinstance(exc, TimeoutError):
             what = f"timed out after {timeout * 1000:g} ms" if timeout is not None else exc
             error = NetworkTimeout(f"{where}: {what}")
-        elif isinstance(exc, _PeerClosed) or (isinstance(exc, OSError) and self._closed):
-            error = AutoReconnect(f"{where}: connection closed")
         elif isinstance(exc, OSError | ProtocolError):
             error = AutoReconnect(f"{where}: {exc}")
         else:

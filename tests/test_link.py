@@ -441,6 +441,25 @@ def test_tls_interrupt(
         admin.close()
 
 
+def test_tls_close_wakes_the_blocked_greenlet(
+    tls_server: Address, tls_files: dict[str, str], app_name: str
+) -> None:
+    context = stdlib_context(tls_files["ca"])
+    admin = connect(tls_server, LinkOptions(ssl_context=context))
+    link = connect(tls_server, LinkOptions(ssl_context=context, app_name=app_name))
+    try:
+        with blocking_ping(admin, app_name, 3000):
+            worker = gevent.spawn(link.command, "admin", {"ping": 1})
+            gevent.sleep(0.2)
+            link.close()
+            worker.join(timeout=1)
+        assert isinstance(worker.exception, AutoReconnect)
+        assert not isinstance(worker.exception, PoolClearedError)
+        assert str(worker.exception) == f"127.0.0.1:{tls_server[1]}: connection closed"
+    finally:
+        admin.close()
+
+
 # -- SCRAM-SHA-256 -----------------------------------------------------------------------------
 
 
