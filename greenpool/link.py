@@ -323,10 +323,9 @@ class Link:
         )
         try:
             if options.load_balanced:
-                reply = self._command("admin", command, None).document
+                reply = self.command("admin", command)
             else:
-                reply = self._legacy_command("admin", command)
-            check_reply(reply)
+                reply = check_reply(self._legacy_command("admin", command))
             check_hello_reply(reply, self.address, load_balanced=options.load_balanced)
         except BaseException:
             self.close()
@@ -400,11 +399,6 @@ class Link:
         with self._exchange(timeout) as deadline:
             message = self._read_op_msg(request_id, (last_reply_id, request_id), deadline)
         return check_reply(message.document)
-
-    def _command(self, db: str, command: Mapping[str, Any], timeout: float | None) -> Message:
-        self._check_usable()
-        request_id, data = encode_command(command, db, max_message_size=self._max_message_size)
-        return self._round_trip(request_id, data, timeout, self._read_message)
 
     def _legacy_command(self, db: str, command: Mapping[str, Any]) -> dict[str, Any]:
         self._check_usable()

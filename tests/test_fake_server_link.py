@@ -321,6 +321,22 @@ def test_malformed_op_reply_in_the_handshake() -> None:
         assert not handshake_completed(caught.value)
 
 
+def test_op_msg_answer_to_the_op_query_handshake() -> None:
+    answer = {"isMaster": lambda r: Raw(op_msg({"ok": 1, "maxWireVersion": 21}, r.request_id))}
+    with serving(handlers=answer) as server:
+        with pytest.raises(AutoReconnect, match="expected an OP_REPLY") as caught:
+            connect(server.address, LinkOptions())
+        assert not handshake_completed(caught.value)
+
+
+def test_handshake_timeout() -> None:
+    with serving(handlers={"isMaster": block(2.0)}) as server:
+        with pytest.raises(NetworkTimeout, match="timed out after 100 ms") as caught:
+            connect(server.address, LinkOptions(socket_timeout=0.1))
+        assert not handshake_completed(caught.value)
+        wait_for(lambda: server.hangups == [1])
+
+
 def test_more_to_come_replies_are_read_one_by_one() -> None:
     batches = [{"ok": 1.0, "n": n} for n in range(3)]
     with serving(handlers={"find": lambda _r: Stream(batches)}) as server:
