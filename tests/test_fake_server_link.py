@@ -451,7 +451,7 @@ def test_interrupt_wakes_the_blocked_greenlet_at_once() -> None:
         wait_for(lambda: "find" in server.names())
         started = time.monotonic()
         link.interrupt()
-        assert time.monotonic() - started < 0.01  # the caller never blocks
+        assert time.monotonic() - started < 0.05  # the caller never blocks
         worker.join(timeout=5)
         woke = time.monotonic() - started
         assert isinstance(worker.exception, PoolClearedError)

@@ -221,7 +221,7 @@ def test_interrupt_a_blocked_command(server: Address, admin: Link, app_name: str
         interrupted_in = time.monotonic() - started
         worker.join(timeout=5)
         woke_in = time.monotonic() - started
-    assert interrupted_in < 0.01
+    assert interrupted_in < 0.05
     assert isinstance(worker.exception, PoolClearedError)
     assert woke_in < 0.1, f"woke {woke_in * 1000:.0f} ms after the interrupt"
     assert link.broken
