@@ -66,8 +66,12 @@ def free_port() -> int:
 def secantus(*arguments: str) -> Iterator[Address]:
     """Run SecantusDB on a free 127.0.0.1 port until the block ends."""
     port = free_port()
-    with tempfile.TemporaryFile() as log:
-        command = [str(SERVER), "--host", "127.0.0.1", "--port", str(port), *arguments]
+    with tempfile.TemporaryFile() as log, tempfile.NamedTemporaryFile(suffix=".toml") as config:
+        # An empty configuration file: no secantusd.toml found on the machine applies.
+        command = [
+            str(SERVER), "--config", config.name, "--host", "127.0.0.1", "--port", str(port),
+            *arguments,
+        ]
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
         try:
             _wait_for_port(process, port, log)
