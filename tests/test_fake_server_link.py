@@ -578,6 +578,17 @@ def test_ipv6_address() -> None:
         link.close()
 
 
+def test_tcp_options() -> None:
+    with serving() as server:
+        link = connect(server.address, LinkOptions())
+        sock = link._sock  # what the link configured, read back from the OS
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
+        assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+        if hasattr(socket, "TCP_KEEPIDLE"):
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) <= 120
+        link.close()
+
+
 def test_every_resolved_address_is_tried(monkeypatch: pytest.MonkeyPatch) -> None:
     from greenpool import link as link_module
 
