@@ -1,4 +1,5 @@
-"""The MongoDB wire protocol without sockets: OP_MSG and OP_COMPRESSED.
+"""The MongoDB wire protocol without sockets: OP_MSG, OP_COMPRESSED, and the
+legacy OP_QUERY/OP_REPLY pair that the initial handshake still uses.
 
 Everything here turns documents into bytes and bytes into documents, so a
 connection drives it with whatever transport it has, and tests need none::
@@ -58,23 +59,32 @@ __all__ = [
     "NO_COMPRESSION",
     "OP_COMPRESSED",
     "OP_MSG",
+    "OP_QUERY",
+    "OP_REPLY",
+    "QUERY_FAILURE",
     "SHUTDOWN_CODES",
     "Compressor",
+    "LegacyReply",
     "Message",
     "MessageHeader",
     "check_reply",
     "compressor_available",
     "decode_message",
+    "decode_reply",
     "encode_command",
+    "encode_query",
     "is_state_change_error",
     "may_compress",
     "negotiate_compressor",
     "next_request_id",
     "pack_header",
     "parse_header",
+    "parse_reply_header",
     "usable_compressors",
 ]
 
+OP_REPLY = 1
+OP_QUERY = 2004
 OP_COMPRESSED = 2012
 OP_MSG = 2013
 HEADER_SIZE = 16
@@ -185,6 +195,13 @@ def parse_header(data: bytes, *, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZ
     server's ``maxMessageSizeBytes``), or if the opcode is not one greenpool
     speaks (OP_MSG, OP_COMPRESSED).
     """
+    header = _unpack_header(data, max_message_size)
+    if header.op_code not in (OP_MSG, OP_COMPRESSED):
+        raise ProtocolError(f"unknown opcode {header.op_code}")
+    return header
+
+
+def _unpack_header(data: bytes, max_message_size: int) -> MessageHeader:
     if len(data) < HEADER_SIZE:
         raise ProtocolError(f"message header is {len(data)} bytes; it must be {HEADER_SIZE}")
     header = MessageHeader(*_HEADER.unpack_from(data))
@@ -194,8 +211,6 @@ def parse_header(data: bytes, *, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZ
         raise ProtocolError(
             f"message length {header.length} exceeds the maximum message size {max_message_size}"
         )
-    if header.op_code not in (OP_MSG, OP_COMPRESSED):
-        raise ProtocolError(f"unknown opcode {header.op_code}")
     return header
 
 
@@ -582,6 +597,150 @@ def _decode(data: bytes, codec_options: CodecOptions[dict[str, Any]]) -> dict[st
         return bson.decode(data, codec_options)
     except InvalidBSON as exc:
         raise ProtocolError(f"OP_MSG body is invalid BSON: {exc}") from exc
+
+
+# -- OP_QUERY and OP_REPLY ----------------------------------------------------------------
+#
+# Servers removed these for everything but the first hello: a driver that does
+# not know the server's version yet sends its initial handshake (legacy hello,
+# ``isMaster``) as an OP_QUERY to ``admin.$cmd`` and gets an OP_REPLY back,
+# because every server, old or new, understands that exchange.
+
+#: OP_REPLY's QueryFailure flag: the one document is an ``$err`` document.
+QUERY_FAILURE = 1 << 1
+# OP_REPLY's prefix: responseFlags, cursorID, startingFrom, numberReturned.
+_REPLY_PREFIX = struct.Struct("<iqii")
+# OP_QUERY's numberToSkip and numberToReturn; -1 returns one document and
+# closes the cursor, which is what a command wants.
+_QUERY_SKIP_RETURN = struct.Struct("<ii")
+
+
+def encode_query(
+    command: Mapping[str, Any],
+    db: str,
+    *,
+    request_id: int | None = None,
+    max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+    codec_options: CodecOptions[Any] = DEFAULT_CODEC_OPTIONS,
+) -> tuple[int, bytes]:
+    """Encode ``command`` as an OP_QUERY on ``<db>.$cmd``; return ``(request_id, bytes)``.
+
+    Only for the initial handshake: OP_QUERY is never compressed and carries
+    no ``$db`` (the namespace names the database). Raises
+    :class:`pymongo.errors.DocumentTooLarge` over ``max_message_size``, and
+    ``ValueError`` for an empty command or a database name with a NUL.
+    """
+    if not command:
+        raise ValueError("a command needs at least one field: its name")
+    if "\x00" in db:
+        raise ValueError(f"database name {db!r} contains a NUL character")
+    name = next(iter(command))
+    body = (
+        _INT32.pack(0)  # flags: none apply to a command
+        + f"{db}.$cmd".encode()
+        + b"\x00"
+        + _QUERY_SKIP_RETURN.pack(0, -1)
+        + bson.encode(command, codec_options=codec_options)
+    )
+    _check_size(name, HEADER_SIZE + len(body), max_message_size)
+    if request_id is None:
+        request_id = next_request_id()
+    return request_id, pack_header(HEADER_SIZE + len(body), request_id, 0, OP_QUERY) + body
+
+
+def parse_reply_header(
+    data: bytes, *, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
+) -> MessageHeader:
+    """Parse and check the header of the answer to an OP_QUERY.
+
+    Like :func:`parse_header`, but the only opcode accepted is OP_REPLY.
+    """
+    header = _unpack_header(data, max_message_size)
+    if header.op_code != OP_REPLY:
+        raise ProtocolError(f"expected an OP_REPLY (opcode 1) but got opcode {header.op_code}")
+    return header
+
+
+@dataclass(frozen=True, slots=True)
+class LegacyReply:
+    """A decoded OP_REPLY."""
+
+    request_id: int
+    response_to: int
+    flags: int
+    cursor_id: int
+    starting_from: int
+    documents: list[dict[str, Any]]
+
+    def command_reply(self) -> dict[str, Any]:
+        """The reply's one document, as a command reply must hold exactly one.
+
+        Raises :class:`ProtocolError` if it holds none or several.
+        """
+        if len(self.documents) != 1:
+            raise ProtocolError(
+                f"an OP_REPLY to a command must hold one document, not {len(self.documents)}"
+            )
+        return self.documents[0]
+
+
+def decode_reply(
+    header: MessageHeader,
+    body: bytes,
+    *,
+    codec_options: CodecOptions[dict[str, Any]] = DEFAULT_CODEC_OPTIONS,
+) -> LegacyReply:
+    """Decode the ``body`` (everything after the header) of an OP_REPLY.
+
+    A QueryFailure reply (:data:`QUERY_FAILURE`) decodes like any other: its
+    document is ``{"$err": ..., "code": ...}``, which :func:`check_reply`
+    raises as an ``OperationFailure``.
+
+    Raises :class:`ProtocolError` for a body whose size disagrees with the
+    header, another opcode, a body too short for its prefix, a negative
+    document count or one that disagrees with the documents present, a
+    truncated document, trailing bytes, or invalid BSON.
+    """
+    if header.op_code != OP_REPLY:
+        raise ProtocolError(f"expected an OP_REPLY (opcode 1) but got opcode {header.op_code}")
+    if len(body) != header.length - HEADER_SIZE:
+        raise ProtocolError(
+            f"message body is {len(body)} bytes; its header says {header.length - HEADER_SIZE}"
+        )
+    if len(body) < _REPLY_PREFIX.size:
+        raise ProtocolError(f"OP_REPLY body is {len(body)} bytes, too short for its prefix")
+    flags, cursor_id, starting_from, number_returned = _REPLY_PREFIX.unpack_from(body)
+    if number_returned < 0:
+        raise ProtocolError(f"OP_REPLY claims {number_returned} documents")
+    documents = _reply_documents(body, _REPLY_PREFIX.size, codec_options)
+    if len(documents) != number_returned:
+        raise ProtocolError(
+            f"OP_REPLY claims {number_returned} documents but holds {len(documents)}"
+        )
+    return LegacyReply(
+        header.request_id, header.response_to, flags, cursor_id, starting_from, documents
+    )
+
+
+def _reply_documents(
+    body: bytes, pos: int, codec_options: CodecOptions[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    documents = []
+    end = len(body)
+    while pos < end:
+        if pos + _INT32.size > end:
+            raise ProtocolError("OP_REPLY is truncated inside a BSON document's length")
+        size = _int32_at(body, pos)
+        if size < 5 or pos + size > end:
+            raise ProtocolError(
+                f"BSON document claims {size} bytes; {end - pos} remain in OP_REPLY"
+            )
+        try:
+            documents.append(bson.decode(body[pos : pos + size], codec_options))
+        except InvalidBSON as exc:
+            raise ProtocolError(f"OP_REPLY holds invalid BSON: {exc}") from exc
+        pos += size
+    return documents
 
 
 # -- replies -------------------------------------------------------------------------------

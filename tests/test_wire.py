@@ -714,3 +714,134 @@ def test_command_error_outranks_a_write_concern_error() -> None:
     with pytest.raises(OperationFailure) as caught:
         wire.check_reply({**WCE_REPLY, "ok": 0, "errmsg": "boom", "code": 2})
     assert not isinstance(caught.value, WriteConcernError)
+
+
+# -- OP_QUERY and OP_REPLY ---------------------------------------------------------------
+
+
+def op_reply(
+    *documents: bytes,
+    flags: int = 0,
+    cursor_id: int = 0,
+    starting_from: int = 0,
+    number_returned: int | None = None,
+    response_to: int = 3,
+) -> bytes:
+    count = len(documents) if number_returned is None else number_returned
+    body = struct.pack("<iqii", flags, cursor_id, starting_from, count) + b"".join(documents)
+    return frame(body, wire.OP_REPLY, response_to=response_to)
+
+
+def decode_op_reply(data: bytes) -> wire.LegacyReply:
+    return wire.decode_reply(wire.parse_reply_header(data), data[wire.HEADER_SIZE :])
+
+
+def test_encode_query_layout() -> None:
+    command = {"isMaster": 1, "helloOk": True}
+    request_id, data = wire.encode_query(command, "admin", request_id=9)
+    document = bson.encode(command)
+    namespace = b"admin.$cmd\x00"
+    expected_body = struct.pack("<i", 0) + namespace + struct.pack("<ii", 0, -1) + document
+    assert request_id == 9
+    assert data == struct.pack("<iiii", 16 + len(expected_body), 9, 0, 2004) + expected_body
+
+
+def test_encode_query_adds_no_db_field_and_draws_request_ids() -> None:
+    first, data = wire.encode_query({"isMaster": 1}, "admin")
+    second, _ = wire.encode_query({"isMaster": 1}, "admin")
+    assert second > first
+    assert bson.decode(data[16 + 4 + len(b"admin.$cmd\x00") + 8 :]) == {"isMaster": 1}
+
+
+def test_encode_query_refuses_bad_input() -> None:
+    with pytest.raises(ValueError, match="at least one field"):
+        wire.encode_query({}, "admin")
+    with pytest.raises(ValueError, match="NUL"):
+        wire.encode_query({"isMaster": 1}, "ad\x00min")
+    with pytest.raises(DocumentTooLarge, match="'isMaster'"):
+        wire.encode_query({"isMaster": 1, "pad": "x" * 200}, "admin", max_message_size=100)
+
+
+def test_reply_round_trip() -> None:
+    reply = decode_op_reply(op_reply(bson.encode({"ok": 1.0, "maxWireVersion": 21})))
+    assert reply == wire.LegacyReply(7, 3, 0, 0, 0, [{"ok": 1.0, "maxWireVersion": 21}])
+    assert reply.command_reply() == {"ok": 1.0, "maxWireVersion": 21}
+
+
+def test_reply_with_several_documents_and_a_cursor() -> None:
+    data = op_reply(bson.encode({"a": 1}), bson.encode({"b": 2}), cursor_id=77, starting_from=5)
+    reply = decode_op_reply(data)
+    assert (reply.cursor_id, reply.starting_from) == (77, 5)
+    assert reply.documents == [{"a": 1}, {"b": 2}]
+    with pytest.raises(ProtocolError, match="must hold one document, not 2"):
+        reply.command_reply()
+
+
+def test_empty_reply_is_not_a_command_reply() -> None:
+    with pytest.raises(ProtocolError, match="not 0"):
+        decode_op_reply(op_reply()).command_reply()
+
+
+def test_query_failure_reply_raises_through_check_reply() -> None:
+    data = op_reply(bson.encode({"$err": "no such command", "code": 59}), flags=wire.QUERY_FAILURE)
+    reply = decode_op_reply(data)
+    assert reply.flags & wire.QUERY_FAILURE
+    with pytest.raises(OperationFailure, match="no such command") as caught:
+        wire.check_reply(reply.command_reply())
+    assert caught.value.code == 59
+
+
+def test_reply_header_accepts_only_op_reply() -> None:
+    assert wire.parse_reply_header(wire.pack_header(36, 1, 2, wire.OP_REPLY)).op_code == 1
+    with pytest.raises(ProtocolError, match=r"expected an OP_REPLY .* got opcode 2013"):
+        wire.parse_reply_header(wire.pack_header(36, 1, 2, wire.OP_MSG))
+    with pytest.raises(ProtocolError, match="exceeds the maximum message size 100"):
+        wire.parse_reply_header(wire.pack_header(101, 1, 2, wire.OP_REPLY), max_message_size=100)
+    with pytest.raises(ProtocolError, match="header is 3 bytes"):
+        wire.parse_reply_header(b"abc")
+
+
+def test_decode_reply_refuses_another_opcode() -> None:
+    data = op_msg(body_section({"ok": 1}))
+    with pytest.raises(ProtocolError, match="expected an OP_REPLY"):
+        wire.decode_reply(wire.parse_header(data), data[16:])
+
+
+_OK = bson.encode({"ok": 1})
+
+
+@pytest.mark.parametrize(
+    ("data", "match"),
+    [
+        (frame(b"\x00" * 19, wire.OP_REPLY), "19 bytes, too short for its prefix"),
+        (op_reply(_OK, number_returned=-1), "claims -1 documents"),
+        (op_reply(_OK, number_returned=2), "claims 2 documents but holds 1"),
+        (op_reply(_OK, _OK, number_returned=1), "claims 1 documents but holds 2"),
+        (op_reply(_OK[:-1], number_returned=1), "claims 13 bytes; 12 remain"),
+        (op_reply(b"\x04\x00\x00\x00", number_returned=1), "claims 4 bytes"),
+        (op_reply(_OK + b"\x01\x00", number_returned=2), "truncated inside a BSON"),
+        (op_reply(struct.pack("<i", 8) + b"\x20a\x00\x00"), "invalid BSON"),
+    ],
+)
+def test_malformed_replies(data: bytes, match: str) -> None:
+    with pytest.raises(ProtocolError, match=match):
+        decode_op_reply(data)
+
+
+def test_reply_body_disagrees_with_its_header() -> None:
+    data = op_reply(_OK)
+    with pytest.raises(ProtocolError, match="its header says"):
+        wire.decode_reply(wire.parse_reply_header(data), data[16:-1])
+
+
+def test_corrupted_replies_only_raise_protocol_error() -> None:
+    """Random damage to a valid OP_REPLY either still decodes or is a ProtocolError."""
+    good = op_reply(bson.encode({"ok": 1, "hosts": ["a:1", "b:2"], "n": 1.5}))[16:]
+    rng = random.Random(20251124)
+    for _ in range(3000):
+        damaged = bytearray(good)
+        for _ in range(rng.randint(1, 4)):
+            damaged[rng.randrange(len(damaged))] = rng.randrange(256)
+        cut = rng.choice([len(damaged), rng.randrange(len(damaged))])
+        with contextlib.suppress(ProtocolError):
+            decode_op_reply(frame(bytes(damaged[:cut]), wire.OP_REPLY))

@@ -1,0 +1,761 @@
+"""One socket to one MongoDB server: the transport a pool's connector produces.
+
+A :class:`Link` is a connected socket (TCP, TLS or Unix domain) that has been
+through the MongoDB handshake and authentication, and carries one command at
+a time::
+
+    from greenpool import Pool
+    from greenpool.link import LinkOptions, make_connector
+
+    options = LinkOptions(app_name="billing", compressors=("zstd", "zlib"))
+    pool = Pool(("db.example.com", 27017), {"maxPoolSize": 10},
+                connector=make_connector(options))
+    pool.ready()
+    with pool.checkout() as conn:
+        reply = conn.transport.command("shop", {"find": "orders", "filter": {}})
+
+Cooperative without monkey-patching. Every byte goes through
+:mod:`gevent.socket` and :mod:`gevent.ssl`, never the standard library's
+modules, so a link yields to other greenlets while it waits whether or not
+the program called ``gevent.monkey.patch_all()``. A standard library
+:class:`ssl.SSLContext` works too: its TLS objects are driven by gevent's
+SSL socket, which only needs the context's C-level ``_wrap_socket``.
+
+Errors. A command the server refused raises PyMongo's own errors (see
+:func:`greenpool.wire.check_reply`) and leaves the link usable. Anything that
+leaves the stream in an unknown state (a network error, a timeout, a closed
+socket, a malformed message, a kill such as ``gevent.Timeout`` or
+``GreenletExit`` landing mid-request) *breaks* the link: it is closed at
+once, the pool connection that owns it is marked errored, and the error
+surfaces as :class:`pymongo.errors.AutoReconnect` (or
+:class:`pymongo.errors.NetworkTimeout` for a timeout) whose message starts
+with the server's address, ``"db.example.com:27017: connection closed"``;
+the underlying error is its ``__cause__``. A kill propagates unchanged. A
+link broken because it was interrupted (:meth:`Link.interrupt`, or the pool's
+``clear(interrupt_in_use_connections=True)``) raises
+``greenpool.PoolClearedError.interrupted(address)`` instead, which is
+retryable and must not mark the server Unknown.
+
+Establishment errors (:func:`connect`, :func:`make_connector`) additionally
+say whether the handshake had completed; see :func:`handshake_completed`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ssl
+import time
+import weakref
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import gevent
+from bson.objectid import ObjectId
+from gevent import socket as gsocket
+from gevent import ssl as gssl
+from gevent.monkey import get_original
+from pymongo.errors import AutoReconnect, NetworkTimeout
+
+from greenpool.address import Address, format_address, parse_address
+from greenpool.auth import Credentials, ScramConversation, authenticate, handshake_fields
+from greenpool.errors import ConfigurationError, PoolClearedError, ProtocolError
+from greenpool.handshake import check_app_name, check_hello_reply, hello_command
+from greenpool.pool import Connection
+from greenpool.wire import (
+    DEFAULT_MAX_MESSAGE_SIZE,
+    HEADER_SIZE,
+    Compressor,
+    Message,
+    check_reply,
+    decode_message,
+    decode_reply,
+    encode_command,
+    encode_query,
+    negotiate_compressor,
+    parse_header,
+    parse_reply_header,
+    usable_compressors,
+)
+
+__all__ = [
+    "HANDSHAKE_COMPLETED",
+    "Link",
+    "LinkOptions",
+    "connect",
+    "handshake_completed",
+    "make_connector",
+]
+
+_R = TypeVar("_R")
+
+# The standard library's context class, even under monkey-patching (which
+# replaces ssl.SSLContext with gevent's subclass): both kinds are accepted.
+_STDLIB_SSL_CONTEXT: type[ssl.SSLContext] = get_original("ssl", "SSLContext")
+
+#: The attribute :func:`connect` sets on every exception it raises (not on kills).
+HANDSHAKE_COMPLETED = "handshake_completed"
+
+# TCP keepalive caps, in seconds. Operating systems default to two hours of
+# idle time before the first probe, while firewalls and cloud load balancers
+# drop flows that have been silent for a few minutes: a pool's idle
+# connections would die unnoticed. Lower values already set are kept.
+_KEEPALIVE_CAPS = (("TCP_KEEPIDLE", 120), ("TCP_KEEPINTVL", 10), ("TCP_KEEPCNT", 9))
+
+
+def _check_timeout(name: str, value: object) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ConfigurationError(f"{name} must be None (no timeout) or seconds > 0, not {value!r}")
+
+
+@dataclass(frozen=True)
+class LinkOptions:
+    """How to open, handshake and authenticate a :class:`Link`.
+
+    Timeouts are in seconds; None means no timeout.
+
+    ``connect_timeout`` (connectTimeoutMS) bounds name resolution, each TCP
+    connection attempt (one per resolved address) and the TLS handshake.
+    ``socket_timeout`` (socketTimeoutMS) bounds each round trip, the
+    handshake's and authentication's included.
+
+    ``ssl_context`` enables TLS; a :mod:`gevent.ssl` or a standard library
+    context. Certificate and hostname verification are the context's:
+    ``tlsAllowInvalidCertificates`` is a context with ``verify_mode`` CERT_NONE,
+    ``tlsAllowInvalidHostnames`` one with ``check_hostname`` False.
+    ``server_hostname`` is the name sent for SNI and checked against the
+    certificate; by default the address's host (nothing for a Unix socket).
+
+    ``compressors`` are offered in order of preference; unknown ones and those
+    whose package is missing are dropped here, with a warning.
+    ``zlib_compression_level`` is -1 (zlib's default) to 9.
+
+    ``credentials`` authenticate every link (SCRAM-SHA-256 or SCRAM-SHA-1).
+    ``load_balanced`` is the Load Balancer spec's mode: the handshake goes over
+    OP_MSG with ``loadBalanced: true`` and the server must answer with a
+    ``serviceId``.
+
+    The repr never shows the password (:class:`~greenpool.auth.Credentials`
+    hides it).
+    """
+
+    connect_timeout: float | None = 20.0
+    socket_timeout: float | None = None
+    ssl_context: ssl.SSLContext | None = None
+    server_hostname: str | None = None
+    app_name: str | None = None
+    compressors: tuple[str, ...] = ()
+    zlib_compression_level: int = -1
+    credentials: Credentials | None = None
+    load_balanced: bool = False
+
+    def __post_init__(self) -> None:
+        _check_timeout("connect_timeout", self.connect_timeout)
+        _check_timeout("socket_timeout", self.socket_timeout)
+        if self.ssl_context is not None and not isinstance(self.ssl_context, _STDLIB_SSL_CONTEXT):
+            raise ConfigurationError(
+                f"ssl_context must be an ssl.SSLContext, not {type(self.ssl_context).__name__}"
+            )
+        if self.server_hostname is not None and not isinstance(self.server_hostname, str):
+            raise ConfigurationError(f"server_hostname must be a str, not {self.server_hostname!r}")
+        check_app_name(self.app_name)
+        compressors: object = self.compressors  # a str is a common mistake
+        if isinstance(compressors, str):
+            raise ConfigurationError("compressors must be a sequence of names, not one string")
+        object.__setattr__(self, "compressors", tuple(usable_compressors(self.compressors)))
+        Compressor("zlib", self.zlib_compression_level)  # checks the level
+        if self.credentials is not None and not isinstance(self.credentials, Credentials):
+            raise ConfigurationError(
+                f"credentials must be greenpool.auth.Credentials, "
+                f"not {type(self.credentials).__name__}"
+            )
+        if not isinstance(self.load_balanced, bool):
+            raise ConfigurationError(f"load_balanced must be a bool, not {self.load_balanced!r}")
+
+
+class _PeerClosed(Exception):
+    """The server closed the connection (recv returned no bytes)."""
+
+
+class Link:
+    """One socket to one server, through the handshake: a pool's transport.
+
+    Make links with :func:`connect` or a pool connector from
+    :func:`make_connector`; :meth:`open` and :meth:`handshake` are the steps
+    they take. A link carries one request at a time; see the module
+    docstring for its errors.
+    """
+
+    __slots__ = (
+        "_broken", "_busy", "_closed", "_compressor", "_connection", "_hello", "_interrupted",
+        "_max_message_size", "_more_to_come", "_sock", "_speculative", "address", "options",
+    )
+
+    def __init__(
+        self,
+        sock: Any,
+        address: Address,
+        options: LinkOptions,
+        *,
+        connection: Connection[Any] | None = None,
+    ) -> None:
+        """Wrap ``sock``, a connected :mod:`gevent.socket` (or gevent SSL)
+        socket; the link owns it from now on. ``connection`` is the pool
+        connection the link is for: a failure marks it errored, and its
+        ``interrupted`` flag tells an interruption from other closes."""
+        self.address = address
+        self.options = options
+        self._sock = sock
+        self._connection = weakref.ref(connection) if connection is not None else None
+        self._busy = False
+        self._broken = False
+        self._closed = False
+        self._interrupted = False
+        self._hello: dict[str, Any] | None = None
+        self._compressor: Compressor | None = None
+        self._max_message_size = DEFAULT_MAX_MESSAGE_SIZE
+        # While the server has more replies to send: the request's id and
+        # the last reply's id (the next reply answers one of them).
+        self._more_to_come: tuple[int, int] | None = None
+        self._speculative: ScramConversation | None = None
+
+    # -- opening -------------------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        address: Address | str,
+        options: LinkOptions,
+        *,
+        connection: Connection[Any] | None = None,
+    ) -> Link:
+        """Connect to ``address`` (TCP, then TLS if ``options.ssl_context``;
+        or a Unix socket for ``(path, None)``), without the handshake.
+
+        Each address the host resolves to is tried in turn until one
+        connects, as drivers do. Raises :class:`pymongo.errors.AutoReconnect`
+        or :class:`pymongo.errors.NetworkTimeout` naming the address.
+        """
+        address = parse_address(address)
+        try:
+            sock = _open_socket(address, options)
+        except OSError as exc:
+            raise _establishment_error(address, exc, options.connect_timeout) from exc
+        return cls(sock, address, options, connection=connection)
+
+    # -- what callers read -----------------------------------------------------------------
+
+    @property
+    def broken(self) -> bool:
+        """A failure left the stream unusable; the link is closed."""
+        return self._broken
+
+    @property
+    def closed(self) -> bool:
+        """The socket is closed (by :meth:`close`, :meth:`interrupt` or a failure)."""
+        return self._closed
+
+    @property
+    def hello(self) -> Mapping[str, Any] | None:
+        """The handshake's reply, or None before the handshake."""
+        return self._hello
+
+    @property
+    def max_wire_version(self) -> int:
+        """The server's ``maxWireVersion`` (0 before the handshake)."""
+        return int(self._hello.get("maxWireVersion", 0)) if self._hello else 0
+
+    @property
+    def service_id(self) -> ObjectId | None:
+        """The handshake's ``serviceId`` in load-balanced mode, else None."""
+        if not (self.options.load_balanced and self._hello):
+            return None
+        service_id: ObjectId = self._hello["serviceId"]
+        return service_id
+
+    @property
+    def server_connection_id(self) -> int | None:
+        """The server's id for this connection (the hello's ``connectionId``)."""
+        value = self._hello.get("connectionId") if self._hello else None
+        return int(value) if value is not None else None
+
+    @property
+    def compressor(self) -> Compressor | None:
+        """The compressor negotiated in the handshake, if any."""
+        return self._compressor
+
+    @property
+    def max_message_size(self) -> int:
+        """The server's ``maxMessageSizeBytes`` (the server's default before the handshake)."""
+        return self._max_message_size
+
+    @property
+    def more_to_come(self) -> bool:
+        """The server will send more replies to the last request: read them
+        with :meth:`receive` before sending anything else."""
+        return self._more_to_come is not None
+
+    # -- handshake and authentication ----------------------------------------------------
+
+    def handshake(self) -> dict[str, Any]:
+        """Send the initial hello, check its reply, and return it.
+
+        A legacy ``isMaster`` over OP_QUERY, or ``hello`` over OP_MSG in
+        load-balanced mode. The reply sets :attr:`hello`,
+        :attr:`compressor` and :attr:`max_message_size`. A refused hello
+        raises PyMongo's error; an incompatible server, or one without a
+        ``serviceId`` in load-balanced mode, raises
+        :class:`pymongo.errors.ConfigurationError`. On any failure the link
+        is closed.
+        """
+        options = self.options
+        credentials = options.credentials
+        auth_fields: dict[str, Any] = {}
+        if credentials is not None:
+            auth_fields, self._speculative = handshake_fields(credentials)
+        command = hello_command(
+            app_name=options.app_name,
+            compressors=options.compressors,
+            load_balanced=options.load_balanced,
+            auth_fields=auth_fields,
+        )
+        try:
+            if options.load_balanced:
+                reply = self.command("admin", command)
+            else:
+                reply = check_reply(self._legacy_command("admin", command))
+            check_hello_reply(reply, self.address, load_balanced=options.load_balanced)
+        except BaseException:
+            self.close()
+            raise
+        self._hello = reply
+        self._max_message_size = int(reply.get("maxMessageSizeBytes", DEFAULT_MAX_MESSAGE_SIZE))
+        self._compressor = negotiate_compressor(
+            options.compressors, reply.get("compression"), zlib_level=options.zlib_compression_level
+        )
+        return reply
+
+    def authenticate(self) -> None:
+        """Authenticate with ``options.credentials`` (nothing to do without them).
+
+        Continues the speculative conversation the handshake started when the
+        hello reply answered it, as :func:`greenpool.auth.authenticate` does.
+        Raises :class:`~greenpool.errors.AuthenticationError` if the server
+        refused; on any failure the link is closed.
+        """
+        credentials = self.options.credentials
+        if credentials is None:
+            return
+        if self._hello is None:
+            raise RuntimeError(f"{self!r}: authenticate() needs the handshake first")
+        source = credentials.source
+        try:
+            authenticate(
+                credentials,
+                lambda command: self.command(source, command),
+                hello_reply=self._hello,
+                speculative=self._speculative,
+            )
+        except BaseException:
+            self.close()
+            raise
+        finally:
+            self._speculative = None
+
+    # -- commands --------------------------------------------------------------------------
+
+    def command(
+        self, db: str, command: Mapping[str, Any], *, timeout: float | None = None
+    ) -> dict[str, Any]:
+        """Run ``command`` on database ``db`` and return the server's reply.
+
+        ``timeout`` bounds this round trip (seconds; default: the options'
+        ``socket_timeout``). The reply has passed :func:`~greenpool.wire.check_reply`:
+        a refused command raises PyMongo's error and the link stays usable.
+        If the reply says more are coming (``moreToCome``), read them with
+        :meth:`receive`.
+
+        Raises ``RuntimeError`` if another greenlet is using the link, or
+        replies to the last request are still coming; nothing is sent then.
+        """
+        self._check_usable()
+        request_id, data = encode_command(
+            command, db, compressor=self._compressor, max_message_size=self._max_message_size
+        )
+        message = self._round_trip(request_id, data, timeout, self._read_message)
+        return check_reply(message.document)
+
+    def receive(self, *, timeout: float | None = None) -> dict[str, Any]:
+        """Read the next reply of a ``moreToCome`` stream (see :attr:`more_to_come`).
+
+        ``timeout`` and errors are as for :meth:`command`.
+        """
+        self._check_idle()
+        if self._more_to_come is None:
+            raise RuntimeError(f"{self!r}: no more replies are coming")
+        request_id, last_reply_id = self._more_to_come
+        with self._exchange(timeout) as deadline:
+            message = self._read_op_msg(request_id, (last_reply_id, request_id), deadline)
+        return check_reply(message.document)
+
+    def _legacy_command(self, db: str, command: Mapping[str, Any]) -> dict[str, Any]:
+        self._check_usable()
+        request_id, data = encode_query(command, db, max_message_size=self._max_message_size)
+        return self._round_trip(request_id, data, None, self._read_legacy_reply)
+
+    def _round_trip(
+        self,
+        request_id: int,
+        data: bytes,
+        timeout: float | None,
+        read: Callable[[int, float | None], _R],
+    ) -> _R:
+        with self._exchange(timeout) as deadline:
+            self._send(data, deadline)
+            return read(request_id, deadline)
+
+    def _check_usable(self) -> None:
+        self._check_idle()
+        if self._more_to_come is not None:
+            raise RuntimeError(
+                f"{self!r}: the server is still sending replies to the last request "
+                "(moreToCome); read them with receive() first"
+            )
+
+    def _check_idle(self) -> None:
+        if self._closed:
+            raise self._closed_error()
+        if self._busy:
+            raise RuntimeError(
+                f"{self!r} is carrying another greenlet's request: "
+                "a link carries one request at a time"
+            )
+
+    @contextlib.contextmanager
+    def _exchange(self, timeout: float | None) -> Iterator[float | None]:
+        """Hold the link for one exchange, yielding its deadline (``timeout``
+        or the socket timeout from now); break the link on any failure in it."""
+        if timeout is None:
+            timeout = self.options.socket_timeout
+        else:
+            _check_timeout("timeout", timeout)
+        self._busy = True
+        try:
+            yield None if timeout is None else time.monotonic() + timeout
+        except Exception as exc:
+            error = self._failure(exc, timeout)
+            if error is exc:
+                raise
+            raise error from exc
+        except BaseException as kill:
+            # A kill mid-request: whatever the server sends next would be
+            # read as the answer to the next request.
+            self._break(kill)
+            raise
+        finally:
+            self._busy = False
+
+    def _failure(self, exc: Exception, timeout: float | None) -> Exception:
+        """Break the link; return what the caller should see for ``exc``."""
+        where = format_address(self.address)
+        if self._was_interrupted():
+            error: Exception = PoolClearedError.interrupted(self.address)
+        elif self._closed or isinstance(exc, _PeerClosed):
+            # Closed under us by close() in another greenlet (whatever the
+            # socket raised then), or by the server.
+            error = AutoReconnect(f"{where}: connection closed")
+        elif isinstance(exc, TimeoutError):
+            what = f"timed out after {timeout * 1000:g} ms" if timeout is not None else exc
+            error = NetworkTimeout(f"{where}: {what}")
+        elif isinstance(exc, OSError | ProtocolError):
+            error = AutoReconnect(f"{where}: {exc}")
+        else:
+            error = exc  # not the network's doing (a kill thrown as an error, a bug)
+        self._break(error)
+        return error
+
+    def _was_interrupted(self) -> bool:
+        if self._interrupted:
+            return True
+        connection = self._connection() if self._connection is not None else None
+        return connection is not None and connection.interrupted
+
+    def _closed_error(self) -> Exception:
+        if self._was_interrupted():
+            return PoolClearedError.interrupted(self.address)
+        return AutoReconnect(f"{format_address(self.address)}: connection closed")
+
+    def _break(self, error: BaseException) -> None:
+        self._broken = True
+        self.close()
+        connection = self._connection() if self._connection is not None else None
+        if connection is not None:
+            connection.mark_errored(error)
+
+    # -- bytes -------------------------------------------------------------------------------
+
+    def _send(self, data: bytes, deadline: float | None) -> None:
+        self._sock.settimeout(_remaining(deadline))
+        self._sock.sendall(data)
+
+    def _recv_exactly(self, size: int, deadline: float | None) -> bytes:
+        buffer = bytearray(size)
+        view = memoryview(buffer)
+        received = 0
+        while received < size:
+            self._sock.settimeout(_remaining(deadline))
+            count = self._sock.recv_into(view[received:])
+            if not count:
+                raise _PeerClosed
+            received += count
+        return bytes(buffer)
+
+    def _read_message(self, request_id: int, deadline: float | None) -> Message:
+        return self._read_op_msg(request_id, (request_id,), deadline)
+
+    def _read_op_msg(
+        self, request_id: int, answering: tuple[int, ...], deadline: float | None
+    ) -> Message:
+        """The next OP_MSG, which must answer one of the ids in ``answering``.
+
+        A reply after a moreToCome one answers that reply as mongod numbers
+        them, or the original request as some servers do: both are accepted.
+        """
+        limit = self._max_message_size
+        header = parse_header(self._recv_exactly(HEADER_SIZE, deadline), max_message_size=limit)
+        body = self._recv_exactly(header.length - HEADER_SIZE, deadline)
+        message = decode_message(header, body, max_message_size=limit)
+        _check_response_to(message.response_to, answering)
+        self._more_to_come = (request_id, message.request_id) if message.more_to_come else None
+        return message
+
+    def _read_legacy_reply(self, response_to: int, deadline: float | None) -> dict[str, Any]:
+        limit = self._max_message_size
+        header = parse_reply_header(
+            self._recv_exactly(HEADER_SIZE, deadline), max_message_size=limit
+        )
+        reply = decode_reply(header, self._recv_exactly(header.length - HEADER_SIZE, deadline))
+        _check_response_to(reply.response_to, (response_to,))
+        return reply.command_reply()
+
+    # -- closing -------------------------------------------------------------------------------
+
+    def interrupt(self) -> None:
+        """Close the socket now, from any greenlet, without blocking.
+
+        A greenlet blocked on this link wakes at once with
+        ``PoolClearedError.interrupted(address)``, as does any later use.
+        """
+        self._interrupted = True
+        self.close()
+
+    def close(self) -> None:
+        """Close the socket: idempotent, never blocks, never sends anything
+        (no TLS close_notify). A greenlet blocked on the link wakes with
+        ``AutoReconnect``."""
+        if self._closed:
+            return
+        self._closed = True
+        self._sock.close()
+
+    def __repr__(self) -> str:
+        state = "broken" if self._broken else "closed" if self._closed else "open"
+        return f"<greenpool.Link to {format_address(self.address)}, {state}>"
+
+
+def _remaining(deadline: float | None) -> float | None:
+    if deadline is None:
+        return None
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError("timed out")
+    return left
+
+
+def _check_response_to(actual: int, expected: tuple[int, ...]) -> None:
+    if actual not in expected:
+        wanted = " or ".join(str(request_id) for request_id in expected)
+        raise ProtocolError(f"got a reply to message {actual}; expected one to {wanted}")
+
+
+# -- sockets -------------------------------------------------------------------------------
+
+
+def _open_socket(address: Address, options: LinkOptions) -> Any:
+    host, port = address
+    if port is None:
+        sock = _open_unix(host, options.connect_timeout)
+    else:
+        sock = _open_tcp(host, port, options.connect_timeout)
+    if options.ssl_context is None:
+        sock.settimeout(None)
+        return sock
+    hostname = options.server_hostname or (host if port is not None else None)
+    if hostname is None and options.ssl_context.check_hostname:
+        sock.close()
+        raise ConfigurationError(
+            f"TLS to the Unix socket {host!r} checks the certificate's hostname: "
+            "set server_hostname, or use a context whose check_hostname is False"
+        )
+    return _start_tls(sock, options.ssl_context, hostname, options.connect_timeout)
+
+
+def _open_unix(path: str, timeout: float | None) -> Any:
+    sock = gsocket.socket(gsocket.AF_UNIX, gsocket.SOCK_STREAM)
+    try:
+        sock.settimeout(timeout)
+        sock.connect(path)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def _open_tcp(host: str, port: int, timeout: float | None) -> Any:
+    """Connect to the first address ``host`` resolves to that accepts."""
+    with gevent.Timeout(timeout, TimeoutError(f"resolving {host!r} timed out")):
+        candidates = gsocket.getaddrinfo(host, port, gsocket.AF_UNSPEC, gsocket.SOCK_STREAM)
+    last_error: OSError | None = None
+    for family, kind, proto, _, sockaddr in candidates:
+        try:
+            return _connect_tcp(family, kind, proto, sockaddr, timeout)
+        except OSError as exc:
+            last_error = exc
+    raise last_error or OSError(f"{host!r} resolved to no address")
+
+
+def _connect_tcp(family: int, kind: int, proto: int, sockaddr: Any, timeout: float | None) -> Any:
+    sock = gsocket.socket(family, kind, proto)
+    try:
+        sock.settimeout(timeout)
+        # Requests are small and each waits for its reply: Nagle's algorithm
+        # would only delay them.
+        sock.setsockopt(gsocket.IPPROTO_TCP, gsocket.TCP_NODELAY, 1)
+        _set_keepalive(sock)
+        sock.connect(sockaddr)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def _set_keepalive(sock: Any) -> None:
+    sock.setsockopt(gsocket.SOL_SOCKET, gsocket.SO_KEEPALIVE, 1)
+    for name, cap in _KEEPALIVE_CAPS:
+        option = getattr(gsocket, name, None)
+        if option is None:
+            continue  # not on this platform
+        # Some platforms define the constant but refuse to read or set it.
+        with contextlib.suppress(OSError):
+            if sock.getsockopt(gsocket.IPPROTO_TCP, option) > cap:
+                sock.setsockopt(gsocket.IPPROTO_TCP, option, cap)
+
+
+def _start_tls(
+    sock: Any, context: ssl.SSLContext, hostname: str | None, timeout: float | None
+) -> Any:
+    """TLS over ``sock`` with ``context``, cooperatively.
+
+    gevent's SSLSocket drives any ``ssl.SSLContext`` (a gevent one's
+    ``wrap_socket`` builds exactly this), so a standard library context,
+    made before or without monkey-patching, still does its I/O through gevent.
+    """
+    try:
+        tls = gssl.SSLSocket(
+            sock=sock, server_hostname=hostname, do_handshake_on_connect=False, _context=context
+        )
+    except BaseException:
+        sock.close()  # on failure gevent leaves the socket with us
+        raise
+    try:
+        tls.settimeout(timeout)
+        tls.do_handshake()
+        tls.settimeout(None)
+    except BaseException:
+        tls.close()
+        raise
+    return tls
+
+
+def _establishment_error(address: Address, exc: OSError, timeout: float | None) -> Exception:
+    where = format_address(address)
+    if isinstance(exc, TimeoutError):
+        limit = "no limit" if timeout is None else f"connectTimeoutMS: {timeout * 1000:g}"
+        return NetworkTimeout(f"{where}: {exc} ({limit})")
+    if isinstance(exc, ssl.SSLError):
+        return AutoReconnect(f"{where}: TLS handshake failed: {exc}")
+    return AutoReconnect(f"{where}: {exc}")
+
+
+# -- establishing ---------------------------------------------------------------------------
+
+
+def handshake_completed(error: BaseException) -> bool:
+    """Whether an error from :func:`connect` (or a connector from
+    :func:`make_connector`) came after the handshake completed.
+
+    False for errors while resolving, connecting, in TLS, or in the hello
+    itself (including a refused hello, an incompatible server, a missing
+    ``serviceId``): the Load Balancer spec forbids SDAM error handling for
+    those. True for errors after the hello reply was accepted (authentication):
+    in load-balanced mode they clear only the connection's service
+    (``conn.service_id`` is already set). False for any error that did not
+    come from establishing a link.
+    """
+    return getattr(error, HANDSHAKE_COMPLETED, False) is True
+
+
+def connect(
+    address: Address | str,
+    options: LinkOptions,
+    *,
+    connection: Connection[Any] | None = None,
+) -> Link:
+    """Open a link, run the handshake and authenticate: an established link.
+
+    With ``connection`` (a pending pool connection) in load-balanced mode,
+    ``connection.service_id`` is set from the hello reply before
+    authentication, so an authentication failure can be attributed to its
+    service.
+
+    On any failure the socket is closed. Every exception raised (not kills)
+    carries the attribute ``handshake_completed`` (read it with
+    :func:`handshake_completed`).
+    """
+    completed = False
+    link: Link | None = None
+    try:
+        link = Link.open(address, options, connection=connection)
+        link.handshake()
+        completed = True
+        if connection is not None and options.load_balanced:
+            connection.service_id = link.service_id
+        link.authenticate()
+    except Exception as error:
+        if link is not None:
+            link.close()
+        setattr(error, HANDSHAKE_COMPLETED, completed)
+        raise
+    except BaseException:
+        if link is not None:
+            link.close()
+        raise
+    return link
+
+
+def make_connector(options: LinkOptions) -> Callable[[Connection[Link]], Link]:
+    """A pool connector that establishes a :class:`Link` for each pending connection.
+
+    >>> pool = Pool(address, connector=make_connector(LinkOptions()))  # doctest: +SKIP
+
+    Errors are :func:`connect`'s; the pool closes the connection and passes
+    the error to its ``on_establish_error`` handler, where
+    :func:`handshake_completed` tells SDAM what to do.
+    """
+
+    def connector(conn: Connection[Link]) -> Link:
+        return connect(conn.address, options, connection=conn)
+
+    return connector

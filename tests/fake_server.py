@@ -1,0 +1,324 @@
+"""A small fake MongoDB server on gevent, for what a real server cannot show.
+
+It listens on 127.0.0.1 (a free port) or on a Unix socket, speaks OP_QUERY /
+OP_REPLY, OP_MSG and OP_COMPRESSED (snappy, zlib, zstd), and records every
+request as it arrived on the wire, so a test can assert what was compressed.
+Messages are parsed and built here with ``struct`` and ``bson``, not with
+greenpool's wire module, so a symmetric mistake cannot hide.
+
+Replies are scripted per command name::
+
+    def find(request):
+        return Stream([{"ok": 1, "n": 1}, {"ok": 1, "n": 2}])  # moreToCome
+
+    with FakeServer(handlers={"find": find}) as server:
+        ...connect to server.address...
+
+A handler gets the :class:`Request` and returns a reply document, a
+:class:`Stream` of them, :class:`Raw` bytes to send as they are, or
+:data:`HANG_UP` to close the connection without replying.
+"""
+
+from __future__ import annotations
+
+import itertools
+import struct
+import zlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import bson
+import snappy
+import zstandard
+from gevent import socket as gsocket
+from gevent.server import StreamServer
+
+OP_REPLY = 1
+OP_QUERY = 2004
+OP_COMPRESSED = 2012
+OP_MSG = 2013
+MORE_TO_COME = 1 << 1
+
+_COMPRESSORS: dict[int, tuple[str, Callable[[bytes], bytes], Callable[[bytes], bytes]]] = {
+    1: ("snappy", snappy.compress, snappy.uncompress),
+    2: ("zlib", zlib.compress, zlib.decompress),
+    3: (
+        "zstd",
+        lambda data: zstandard.ZstdCompressor().compress(data),
+        lambda data: zstandard.ZstdDecompressor().decompress(data),
+    ),
+}
+_COMPRESSOR_IDS = {name: cid for cid, (name, _, _) in _COMPRESSORS.items()}
+
+
+@dataclass
+class Request:
+    """One request as the server received it."""
+
+    #: The opcode on the wire: OP_COMPRESSED when the request came compressed.
+    op_code: int
+    #: OP_QUERY or OP_MSG (inside the OP_COMPRESSED, if compressed).
+    inner_op_code: int
+    compressor: str | None
+    request_id: int
+    flags: int
+    db: str
+    command: dict[str, Any]
+    connection: int
+    #: The server's socket for this connection, for handlers that watch it.
+    sock: Any = field(default=None, repr=False, compare=False)
+
+    @property
+    def name(self) -> str:
+        return next(iter(self.command))
+
+
+@dataclass
+class Stream:
+    """Replies sent one after the other, all but the last flagged moreToCome."""
+
+    replies: list[dict[str, Any]]
+
+
+@dataclass
+class Raw:
+    """Bytes sent as they are: a malformed reply."""
+
+    data: bytes
+
+
+HANG_UP = object()
+# A handler saw the client close the connection.
+_CLIENT_GONE = object()
+
+Handler = Callable[[Request], Any]
+
+
+def _recv_exactly(sock: Any, size: int) -> bytes | None:
+    data = b""
+    while len(data) < size:
+        chunk = sock.recv(size - len(data))
+        if not chunk:
+            return None
+        data += chunk
+    return data
+
+
+def _parse_op_msg(body: bytes) -> tuple[int, dict[str, Any]]:
+    (flags,) = struct.unpack_from("<I", body)
+    assert body[4] == 0, "the fake takes one body section"
+    document = bson.decode(body[5:])
+    return flags, document
+
+
+def _parse_op_query(body: bytes) -> tuple[int, str, dict[str, Any]]:
+    (flags,) = struct.unpack_from("<i", body)
+    end = body.index(b"\x00", 4)
+    namespace = body[4:end].decode()
+    skip, limit = struct.unpack_from("<ii", body, end + 1)
+    assert (skip, limit) == (0, -1), (skip, limit)
+    document = bson.decode(body[end + 9 :])
+    return flags, namespace.removesuffix(".$cmd"), document
+
+
+def op_msg(
+    document: dict[str, Any], response_to: int, *, flags: int = 0, request_id: int = 1
+) -> bytes:
+    """An OP_MSG reply."""
+    body = struct.pack("<I", flags) + b"\x00" + bson.encode(document)
+    return struct.pack("<iiii", 16 + len(body), request_id, response_to, OP_MSG) + body
+
+
+def op_reply(document: dict[str, Any], response_to: int, *, request_id: int = 1) -> bytes:
+    """An OP_REPLY holding one document."""
+    body = struct.pack("<iqii", 0, 0, 0, 1) + bson.encode(document)
+    return struct.pack("<iiii", 16 + len(body), request_id, response_to, OP_REPLY) + body
+
+
+def compress(message: bytes, compressor: str) -> bytes:
+    """Wrap a whole message (header included) in OP_COMPRESSED."""
+    _, request_id, response_to, op_code = struct.unpack_from("<iiii", message)
+    body = message[16:]
+    compressor_id = _COMPRESSOR_IDS[compressor]
+    data = _COMPRESSORS[compressor_id][1](body)
+    prefix = struct.pack("<iiB", op_code, len(body), compressor_id)
+    length = 16 + len(prefix) + len(data)
+    return struct.pack("<iiii", length, request_id, response_to, OP_COMPRESSED) + prefix + data
+
+
+@dataclass
+class FakeServer:
+    """The fake server; use it as a context manager (it starts and stops)."""
+
+    #: Fields added to (or, with None, removed from) every hello reply.
+    hello: dict[str, Any] = field(default_factory=dict)
+    #: What the server supports, answered to the client's ``compression`` list.
+    compressors: tuple[str, ...] = ("snappy", "zlib", "zstd")
+    handlers: dict[str, Handler] = field(default_factory=dict)
+    #: Answers saslSupportedMechs, speculativeAuthenticate, saslStart, saslContinue.
+    scram: Any = None
+    #: The loopback address to listen on (a free port).
+    host: str = "127.0.0.1"
+    #: Listen on this Unix socket path instead.
+    unix_path: str | None = None
+    requests: list[Request] = field(default_factory=list)
+    #: The connections the client closed (by number, from 1).
+    hangups: list[int] = field(default_factory=list)
+    _server: Any = None
+    _ids: Any = field(default_factory=lambda: itertools.count(100))
+    _connections: Any = field(default_factory=lambda: itertools.count(1))
+
+    @property
+    def address(self) -> tuple[str, int | None]:
+        if self.unix_path is not None:
+            return (self.unix_path, None)
+        return (self.host, self._server.server_port)
+
+    def names(self) -> list[str]:
+        """The command names received, in order."""
+        return [request.name for request in self.requests]
+
+    def start(self) -> None:
+        if self.unix_path is not None:
+            listener = gsocket.socket(gsocket.AF_UNIX, gsocket.SOCK_STREAM)
+            listener.bind(self.unix_path)
+            listener.listen(64)
+        else:
+            listener = (self.host, 0)
+        self._server = StreamServer(listener, self._serve)
+        self._server.start()
+
+    def stop(self) -> None:
+        self._server.stop(timeout=1)
+
+    def __enter__(self) -> FakeServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    # -- serving ---------------------------------------------------------------------
+
+    def _serve(self, sock: Any, _address: Any) -> None:
+        connection = next(self._connections)
+        with sock:
+            try:
+                self._converse(sock, connection)
+            except ConnectionError:
+                self.hangups.append(connection)
+
+    def _converse(self, sock: Any, connection: int) -> None:
+        while True:
+            request = self._read(sock, connection)
+            if request is None:
+                self.hangups.append(connection)
+                return
+            self.requests.append(request)
+            if request.flags & MORE_TO_COME and request.inner_op_code == OP_MSG:
+                continue  # the client wants no reply
+            answer = self._answer(request)
+            if answer is _CLIENT_GONE:
+                self.hangups.append(connection)
+                return
+            if answer is HANG_UP:
+                return
+            for data in self._encode(request, answer):
+                sock.sendall(data)
+
+    def _read(self, sock: Any, connection: int) -> Request | None:
+        header = _recv_exactly(sock, 16)
+        if header is None:
+            return None
+        length, request_id, _, op_code = struct.unpack("<iiii", header)
+        body = _recv_exactly(sock, length - 16)
+        if body is None:
+            return None
+        inner, compressor = op_code, None
+        if op_code == OP_COMPRESSED:
+            inner, size, compressor_id = struct.unpack_from("<iiB", body)
+            compressor, _, decompress = _COMPRESSORS[compressor_id]
+            body = decompress(body[9:])
+            assert len(body) == size
+        if inner == OP_QUERY:
+            flags, db, command = _parse_op_query(body)
+        else:
+            assert inner == OP_MSG, inner
+            flags, command = _parse_op_msg(body)
+            db = command.pop("$db")
+        return Request(
+            op_code, inner, compressor, request_id, flags, db, command, connection, sock
+        )
+
+    def _answer(self, request: Request) -> Any:
+        handler = self.handlers.get(request.name)
+        if handler is not None:
+            return handler(request)
+        if request.name in ("hello", "isMaster", "ismaster"):
+            return self._hello(request)
+        if request.name in ("saslStart", "saslContinue") and self.scram is not None:
+            return self.scram.run_command(request.command)
+        if request.name == "ping":
+            return {"ok": 1.0}
+        return {"ok": 0.0, "errmsg": f"no such command: '{request.name}'", "code": 59}
+
+    def _hello(self, request: Request) -> dict[str, Any]:
+        command = request.command
+        reply: dict[str, Any] = {
+            "isWritablePrimary": True,
+            "maxBsonObjectSize": 16 * 1024 * 1024,
+            "maxMessageSizeBytes": 48_000_000,
+            "maxWriteBatchSize": 100_000,
+            "connectionId": request.connection,
+            "minWireVersion": 0,
+            "maxWireVersion": 21,
+        }
+        if command.get("helloOk"):
+            reply["helloOk"] = True
+        offered = [name for name in command.get("compression", []) if name in self.compressors]
+        if offered:
+            reply["compression"] = offered
+        if self.scram is not None:
+            answer = self.scram.hello(command)
+            reply.update({k: v for k, v in answer.items() if k not in ("ok", "maxWireVersion")})
+        for key, value in self.hello.items():
+            if value is None:
+                reply.pop(key, None)
+            else:
+                reply[key] = value
+        reply["ok"] = 1.0
+        return reply
+
+    def _encode(self, request: Request, answer: Any) -> Iterable[bytes]:
+        if isinstance(answer, Raw):
+            return [answer.data]
+        replies = answer.replies if isinstance(answer, Stream) else [answer]
+        messages = []
+        response_to = request.request_id
+        for index, reply in enumerate(replies):
+            request_id = next(self._ids)
+            if request.inner_op_code == OP_QUERY:
+                message = op_reply(reply, response_to, request_id=request_id)
+            else:
+                more = MORE_TO_COME if index < len(replies) - 1 else 0
+                message = op_msg(reply, response_to, flags=more, request_id=request_id)
+            if request.compressor is not None:
+                message = compress(message, request.compressor)
+            messages.append(message)
+            response_to = request_id  # each streamed reply answers the one before
+        return messages
+
+
+def block(seconds: float, reply: dict[str, Any] | None = None) -> Handler:
+    """A handler that waits ``seconds`` (cooperatively) before replying, or
+    until the client closes the connection, as a server notices."""
+
+    def handler(request: Request) -> Any:
+        try:
+            gsocket.wait_read(request.sock.fileno(), timeout=seconds)
+        except TimeoutError:
+            return reply if reply is not None else {"ok": 1.0}
+        return _CLIENT_GONE  # readable while the client awaits a reply: end of stream
+
+    return handler
