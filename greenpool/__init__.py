@@ -6,6 +6,8 @@ maintenance greenlet, kill safety and fork safety.
 """
 
 from greenpool._version import __version__
+from greenpool.client import Client
+from greenpool.cursor import Cursor
 from greenpool.errors import (
     ConfigurationError,
     PoolClearedError,
@@ -15,11 +17,14 @@ from greenpool.errors import (
 from greenpool.options import PoolOptions
 from greenpool.pool import Connection, ConnectionState, Pool, PoolStats, Purpose, Transport
 from greenpool.poolstate import PoolState
+from greenpool.session import Session, TransactionState
 
 __all__ = [
+    "Client",
     "ConfigurationError",
     "Connection",
     "ConnectionState",
+    "Cursor",
     "Pool",
     "PoolClearedError",
     "PoolClosedError",
@@ -27,6 +32,8 @@ __all__ = [
     "PoolState",
     "PoolStats",
     "Purpose",
+    "Session",
+    "TransactionState",
     "Transport",
     "WaitQueueTimeoutError",
     "__version__",

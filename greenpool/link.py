@@ -367,22 +367,29 @@ class Link:
     # -- commands --------------------------------------------------------------------------
 
     def command(
-        self, db: str, command: Mapping[str, Any], *, timeout: float | None = None
+        self,
+        db: str,
+        command: Mapping[str, Any],
+        *,
+        timeout: float | None = None,
+        request_id: int | None = None,
     ) -> dict[str, Any]:
         """Run ``command`` on database ``db`` and return the server's reply.
 
         ``timeout`` bounds this round trip (seconds; default: the options'
-        ``socket_timeout``). The reply has passed :func:`~greenpool.wire.check_reply`:
-        a refused command raises PyMongo's error and the link stays usable.
-        If the reply says more are coming (``moreToCome``), read them with
-        :meth:`receive`.
+        ``socket_timeout``). ``request_id`` is the message's requestID (by
+        default a fresh one), for callers that publish it in events first.
+        The reply has passed :func:`~greenpool.wire.check_reply`: a refused
+        command raises PyMongo's error and the link stays usable. If the reply
+        says more are coming (``moreToCome``), read them with :meth:`receive`.
 
         Raises ``RuntimeError`` if another greenlet is using the link, or
         replies to the last request are still coming; nothing is sent then.
         """
         self._check_usable()
         request_id, data = encode_command(
-            command, db, compressor=self._compressor, max_message_size=self._max_message_size
+            command, db, request_id=request_id, compressor=self._compressor,
+            max_message_size=self._max_message_size,
         )
         message = self._round_trip(request_id, data, timeout, self._read_message)
         return check_reply(message.document)

@@ -1,0 +1,444 @@
+"""greenpool's Client: one MongoDB endpoint, one pool, a monitor, commands.
+
+::
+
+    import greenpool
+
+    with greenpool.Client("mongodb://127.0.0.1:27017/?maxPoolSize=20") as client:
+        client.command("shop", {"insert": "orders", "documents": [{"sku": 1}]})
+        with client.find("shop", "orders", {"sku": 1}, batch_size=100) as cursor:
+            for order in cursor:
+                ...
+
+The Client talks to a single endpoint: a server (a direct connection), or a
+load balancer (``loadBalanced=true``). Replica sets and sharded clusters
+through many hosts are PyMongo's job; see :mod:`greenpool.pymongo`.
+
+What it owns:
+
+* one :class:`~greenpool.Pool` of :class:`~greenpool.link.Link` connections;
+* a :class:`~greenpool.topology.Topology` whose monitor greenlet checks the
+  server with ``hello`` every heartbeatFrequencyMS on its own connection,
+  makes the pool ready after a successful check and clears it after a failed
+  one (interrupting in-use connections if the check timed out). In
+  load-balanced mode there is no monitor and the pool is ready at once;
+* the SDAM rules for application errors (:mod:`greenpool.sdam`): a network
+  error, or a "not primary" / "node is recovering" error that calls for it,
+  on a connection of the pool's current generation clears the pool; errors on
+  a stale connection change nothing.
+
+Commands are not retried: a network error surfaces to the caller (after the
+pool has been cleared), who decides whether the operation is safe to repeat.
+Errors are PyMongo's classes (:class:`~pymongo.errors.AutoReconnect`,
+:class:`~pymongo.errors.OperationFailure`...) or greenpool's subclasses of
+them, so existing ``except`` clauses keep working.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import weakref
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
+
+from pymongo import monitoring as _m
+from pymongo.errors import ConnectionFailure, InvalidOperation, PyMongoError
+
+from greenpool.address import Address
+from greenpool.auth import Credentials as LinkCredentials
+from greenpool.commands import CommandPublisher
+from greenpool.cursor import Cursor
+from greenpool.errors import ConfigurationError
+from greenpool.link import Link, LinkOptions, connect, handshake_completed, make_connector
+from greenpool.pool import Connection, ErrorHandler, Pool, PoolStats, Purpose
+from greenpool.sdam import Phase
+from greenpool.session import Session
+from greenpool.topology import Topology
+from greenpool.uri import ClientSettings, parse_uri
+from greenpool.wire import next_request_id
+
+__all__ = ["Client", "establish_error_handler"]
+
+_LISTENER_TYPES = (
+    _m.CommandListener, _m.ConnectionPoolListener, _m.ServerListener,
+    _m.ServerHeartbeatListener, _m.TopologyListener,
+)
+# endSessions takes at most this many ids per command (Sessions spec).
+_END_SESSIONS_BATCH = 10_000
+# A commit or abort is the end of a transaction, never a transient part of it.
+_FINISHING = frozenset({"commitTransaction", "abortTransaction"})
+
+
+class Client:
+    """A client for one MongoDB server or load balancer.
+
+    :param uri: a ``mongodb://`` or ``mongodb+srv://`` connection string,
+        with one host (or ``loadBalanced=true``). Pool options
+        (maxPoolSize, minPoolSize, maxConnecting, maxIdleTimeMS,
+        waitQueueTimeoutMS), timeouts, TLS, credentials, appName, compressors
+        and heartbeatFrequencyMS come from it.
+    :param event_listeners: PyMongo listener objects: CommandListener,
+        ConnectionPoolListener, ServerListener, ServerHeartbeatListener,
+        TopologyListener.
+
+    :raises greenpool.ConfigurationError: a bad URI, or one that asks for
+        what this Client does not do (several hosts, a replica set name
+        without directConnection, an authentication mechanism other than SCRAM).
+    """
+
+    def __init__(self, uri: str, *, event_listeners: Iterable[object] = ()) -> None:
+        settings = parse_uri(uri)
+        self.settings = settings
+        self.address = _single_address(settings)
+        listeners = _check_listeners(event_listeners)
+        self._commands = CommandPublisher(listeners)
+        self._link_options = _link_options(settings)
+        pool_listeners = [x for x in listeners if isinstance(x, _m.ConnectionPoolListener)]
+        self._sessions: set[Session] = set()
+        self._ended_lsids: list[dict[str, Any]] = []
+        self._cursors: weakref.WeakSet[Cursor] = weakref.WeakSet()
+        self._closed = False
+        self.pool: Pool[Link] = Pool(
+            self.address, settings.pool, connector=make_connector(self._link_options),
+            listeners=pool_listeners, on_establish_error=self._on_establish_error)
+        self.topology = Topology(
+            self.address, self.pool, load_balanced=settings.load_balanced,
+            heartbeat_frequency=settings.heartbeat_frequency,
+            server_selection_timeout=settings.server_selection_timeout,
+            listeners=listeners)
+        self._on_establish_error_handler = establish_error_handler(self.topology)
+        monitor_options = _monitor_link_options(self._link_options)
+        self.topology.open(None if settings.load_balanced
+                           else lambda: _LinkChecker(self.address, monitor_options))
+
+    @property
+    def load_balanced(self) -> bool:
+        return self.settings.load_balanced
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def stats(self) -> PoolStats:
+        """The pool's counters (see :meth:`greenpool.Pool.stats`)."""
+        return self.pool.stats()
+
+    # -- operations -----------------------------------------------------------------------
+
+    def command(self, dbname: str, command: Mapping[str, Any], *,
+                session: Session | None = None) -> dict[str, Any]:
+        """Run ``command`` (a document whose first key is the command's name)
+        on database ``dbname`` and return the server's reply.
+
+        :raises pymongo.errors.OperationFailure: the server refused it
+            (``code``, ``details``, error labels).
+        :raises pymongo.errors.AutoReconnect: a network error (the pool was
+            cleared if the error called for it).
+        :raises greenpool.PoolClearedError: the pool was cleared while waiting.
+        :raises greenpool.WaitQueueTimeoutError: no connection within
+            waitQueueTimeoutMS.
+        :raises pymongo.errors.ServerSelectionTimeoutError: the server was
+            not reachable within serverSelectionTimeoutMS.
+        """
+        document = self._prepare(dbname, command, session)
+        with self._lease(session, Purpose.OTHER) as conn:
+            return self._send(conn, dbname, document, session)
+
+    def cursor(self, dbname: str, command: Mapping[str, Any], *, batch_size: int | None = None,
+               session: Session | None = None) -> Cursor:
+        """Run a cursor-opening command (``find``, ``aggregate``,
+        ``listCollections``...) and return a :class:`~greenpool.cursor.Cursor`
+        over its documents, fetching further batches with ``getMore``.
+
+        Close it (or use it as a context manager) when done early: that sends
+        ``killCursors``. ``batch_size`` sets each getMore's batchSize; set the
+        first batch's size in the command itself.
+        """
+        _check_batch_size(batch_size)
+        return Cursor(self, dbname, self._prepare(dbname, command, None),
+                      batch_size=batch_size, session=session)
+
+    def find(self, dbname: str, collection: str, filter: Mapping[str, Any] | None = None,
+             *, batch_size: int | None = None, session: Session | None = None,
+             **options: Any) -> Cursor:
+        """``find`` on ``dbname.collection`` as a :class:`~greenpool.cursor.Cursor`.
+
+        ``batch_size`` applies to every batch, the first included. Other
+        keywords are find's own fields (``sort``, ``projection``, ``limit``...).
+        """
+        _check_batch_size(batch_size)
+        command: dict[str, Any] = {"find": collection, "filter": dict(filter or {})}
+        if batch_size is not None:
+            command["batchSize"] = batch_size
+        command.update(options)
+        return self.cursor(dbname, command, batch_size=batch_size, session=session)
+
+    def start_session(self) -> Session:
+        """A new session (for transactions); end it, or use it as a context manager."""
+        self._check_open()
+        session = Session(self)
+        self._sessions.add(session)
+        return session
+
+    # -- closing --------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """End sessions (aborting their transactions), close cursors, stop the
+        monitor, close the pool. Idempotent; operations afterwards raise
+        :class:`~pymongo.errors.InvalidOperation`."""
+        if self._closed:
+            return
+        for cursor in list(self._cursors):
+            # A cursor busy in another greenlet keeps its connection until
+            # then; the closed pool closes it at checkin.
+            with contextlib.suppress(InvalidOperation):
+                cursor.close()
+        for session in list(self._sessions):
+            with contextlib.suppress(PyMongoError):
+                session.end()
+        self._end_server_sessions()
+        self._closed = True
+        self.topology.close()
+        self.pool.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        host, port = self.address
+        mode = ", load balanced" if self.load_balanced else ""
+        state = "closed" if self._closed else "open"
+        return f"<greenpool.Client {host}:{port}{mode}, {state}>"
+
+    # -- internals: connections -----------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _lease(self, session: Session | None, purpose: Purpose,
+               keep: Callable[[Connection[Link]], bool] | None = None,
+               ) -> Iterator[Connection[Link]]:
+        """A connection for one operation: a transaction's pinned one, or one
+        checked out now and checked in afterwards. In load-balanced mode a
+        transaction's first command pins its connection to the session;
+        ``keep(conn)``, called after a successful operation, may pin it to
+        something else (a cursor) by returning True."""
+        if session is not None and session.pinned is not None:
+            yield session.pinned
+            return
+        conn = self._checkout(Purpose.TRANSACTION
+                              if session is not None and session.in_transaction else purpose)
+        pinned = False
+        try:
+            yield conn
+            pinned = self._pin_to_transaction(session, conn) or (
+                keep is not None and keep(conn))
+        finally:
+            if not pinned:
+                self.pool.checkin(conn)
+
+    def _checkout(self, purpose: Purpose) -> Connection[Link]:
+        self._check_open()
+        self.topology.select()
+        conn = self.pool.checkout()
+        conn.purpose = purpose
+        return conn
+
+    def _pin_to_transaction(self, session: Session | None, conn: Connection[Link]) -> bool:
+        if (session is None or not self.load_balanced or not session.in_transaction
+                or conn.error is not None):
+            return False
+        session.pinned = conn
+        return True
+
+    def _release_pinned(self, conn: Connection[Link]) -> None:
+        """Check in a connection a session or a cursor was pinned to."""
+        self.pool.checkin(conn)
+
+    def _on_establish_error(self, error: Exception, conn: Connection[Link]) -> None:
+        self._on_establish_error_handler(error, conn)
+
+    # -- internals: commands --------------------------------------------------------------
+
+    def _prepare(self, dbname: str, command: Mapping[str, Any],
+                 session: Session | None) -> dict[str, Any]:
+        self._check_open()
+        if not isinstance(dbname, str) or not dbname:
+            raise InvalidOperation(f"dbname must be a non-empty str, not {dbname!r}")
+        if not isinstance(command, Mapping) or not command:
+            raise InvalidOperation(
+                f"command must be a non-empty document whose first key is the command's "
+                f"name, not {command!r}")
+        document = dict(command)
+        if session is not None:
+            if session._client is not self:
+                raise InvalidOperation("the session was started by another client")
+            session.decorate(document)
+        return document
+
+    def _send(self, conn: Connection[Link], dbname: str, command: dict[str, Any],
+              session: Session | None) -> dict[str, Any]:
+        """One round trip on ``conn`` with command events; errors go through SDAM."""
+        link = conn.transport
+        assert link is not None  # a checked-out connection is established
+        name = next(iter(command))
+        request_id = next_request_id()
+        events = self._commands
+        service_id, server_id = conn.service_id, link.server_connection_id
+        if events.listeners:
+            events.started(command, dbname, request_id, self.address, service_id, server_id)
+        started = time.perf_counter()
+        try:
+            reply = link.command(dbname, command, request_id=request_id)
+        except PyMongoError as error:
+            if events.listeners:
+                events.failed(time.perf_counter() - started, error, name, dbname, request_id,
+                              self.address, service_id, server_id)
+            self.topology.handle_error(error, Phase.OPERATION, conn)
+            self._transaction_error(session, name, error)
+            raise
+        if events.listeners:
+            events.succeeded(time.perf_counter() - started, reply, name, dbname, request_id,
+                             self.address, service_id, server_id)
+        return reply
+
+    def _transaction_error(self, session: Session | None, name: str, error: PyMongoError) -> None:
+        if session is None or not session.in_transaction:
+            return
+        # The Transactions spec: a network error inside a transaction (not
+        # its commit) makes the whole transaction retryable.
+        if (isinstance(error, ConnectionFailure) and name not in _FINISHING
+                and not error.has_error_label("TransientTransactionError")):
+            error._add_error_label("TransientTransactionError")
+        session.forget_pin_after(error)
+
+    def _run_in_session(self, session: Session, dbname: str, command: dict[str, Any]) -> None:
+        """Run a command a session built itself (commit, abort)."""
+        self._check_open()
+        with self._lease(session, Purpose.TRANSACTION) as conn:
+            self._send(conn, dbname, command, session)
+
+    def _session_ended(self, session: Session) -> None:
+        self._sessions.discard(session)
+        self._ended_lsids.append(session.lsid)
+
+    def _end_server_sessions(self) -> None:
+        """Tell the server the sessions are over (best effort, as drivers do)."""
+        lsids, self._ended_lsids = self._ended_lsids, []
+        if not lsids or not self.topology.server.is_server_type_known:
+            return
+        for start in range(0, len(lsids), _END_SESSIONS_BATCH):
+            batch = lsids[start:start + _END_SESSIONS_BATCH]
+            with contextlib.suppress(PyMongoError), self._lease(None, Purpose.OTHER) as conn:
+                self._send(conn, "admin", {"endSessions": batch}, None)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise InvalidOperation("the greenpool Client is closed")
+
+
+def establish_error_handler(topology: Topology) -> ErrorHandler[Any]:
+    """The pool's ``on_establish_error`` handler: SDAM's rules for an error
+    while establishing a connection. Errors up to and including the hello
+    are the CONNECT phase (the Load Balancer spec ignores them); errors after
+    it (authentication) are the AUTHENTICATE phase."""
+
+    def handle(error: Exception, conn: Connection[Any]) -> None:
+        phase = Phase.AUTHENTICATE if handshake_completed(error) else Phase.CONNECT
+        topology.handle_error(error, phase, conn)
+
+    return handle
+
+
+class _LinkChecker:
+    """The monitor's connection: the handshake is the first check, then hello."""
+
+    def __init__(self, address: Address, options: LinkOptions) -> None:
+        self._address = address
+        self._options = options
+        self._link: Link | None = None
+
+    def check(self) -> tuple[dict[str, Any], float]:
+        started = time.perf_counter()
+        if self._link is None:
+            self._link = connect(self._address, self._options)
+            assert self._link.hello is not None
+            return dict(self._link.hello), time.perf_counter() - started
+        reply = self._link.command("admin", {"hello": 1})
+        return reply, time.perf_counter() - started
+
+    def close(self) -> None:
+        link, self._link = self._link, None
+        if link is not None:
+            link.close()
+
+
+# -- settings -----------------------------------------------------------------------------
+
+
+def _single_address(settings: ClientSettings) -> Address:
+    hosts = settings.hosts
+    if len(hosts) != 1:
+        raise ConfigurationError(
+            f"greenpool.Client talks to one server or load balancer, but the URI names "
+            f"{len(hosts)} hosts ({', '.join(f'{h}:{p}' for h, p in hosts)}); for a replica "
+            f"set or a sharded cluster use greenpool.pymongo.MongoClient")
+    if settings.replica_set is not None and not settings.direct_connection:
+        raise ConfigurationError(
+            f"greenpool.Client connects directly to one server; replicaSet="
+            f"{settings.replica_set!r} asks for replica set discovery (add "
+            f"directConnection=true, or use greenpool.pymongo.MongoClient)")
+    return hosts[0]
+
+
+def _link_options(settings: ClientSettings) -> LinkOptions:
+    return LinkOptions(
+        connect_timeout=settings.connect_timeout,
+        socket_timeout=settings.socket_timeout,
+        ssl_context=settings.ssl_context(),
+        app_name=settings.app_name,
+        compressors=settings.compressors,
+        zlib_compression_level=settings.zlib_compression_level,
+        credentials=_credentials(settings),
+        load_balanced=settings.load_balanced,
+    )
+
+
+def _monitor_link_options(options: LinkOptions) -> LinkOptions:
+    # SDAM: monitors do not authenticate or compress, and use
+    # connectTimeoutMS as their socket timeout.
+    return LinkOptions(connect_timeout=options.connect_timeout,
+                       socket_timeout=options.connect_timeout,
+                       ssl_context=options.ssl_context, app_name=options.app_name)
+
+
+def _credentials(settings: ClientSettings) -> LinkCredentials | None:
+    given = settings.credentials
+    if given is None:
+        return None
+    if given.username is None or given.password is None:
+        raise ConfigurationError(
+            f"authentication mechanism {given.mechanism!r} is not supported by "
+            f"greenpool.Client, which speaks SCRAM-SHA-256 and SCRAM-SHA-1")
+    return LinkCredentials(given.username, given.password.reveal(), given.source,
+                           given.mechanism, given.mechanism_properties)
+
+
+def _check_listeners(listeners: Iterable[object]) -> list[object]:
+    checked = list(listeners)
+    for listener in checked:
+        if not isinstance(listener, _LISTENER_TYPES):
+            raise TypeError(
+                f"event_listeners must be PyMongo listeners (CommandListener, "
+                f"ConnectionPoolListener, ServerListener, ServerHeartbeatListener, "
+                f"TopologyListener), not {listener!r}")
+    return checked
+
+
+def _check_batch_size(batch_size: int | None) -> None:
+    if batch_size is not None and (
+            not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 0):
+        raise ValueError(f"batch_size must be None or an int >= 0, not {batch_size!r}")
+

@@ -1,0 +1,216 @@
+"""Cursors: a server-side cursor's documents, batch by batch.
+
+A :class:`Cursor` runs its opening command at once (``find``, ``aggregate``,
+``listCollections``...), then yields documents, fetching the next batch with
+``getMore`` when one runs out. Closing it before the end, or leaving its
+``with`` block, sends ``killCursors``.
+
+Connections. Outside load-balanced mode each round trip checks a connection
+out and back in (any connection reaches the cursor on a single server). In
+load-balanced mode the cursor is *pinned*: the connection that opened it is
+kept (counted as in use "by cursors") until the server returns cursor id 0
+or the cursor is closed, because only that connection reaches the service
+holding the cursor. killCursors goes over that same connection, which is
+checked in whatever the result. After a network error on a getMore the
+connection stays pinned and close checks it in without killCursors. Inside
+a load-balanced transaction the transaction's connection is used instead.
+
+One greenlet at a time: a ``next()`` or ``close()`` while another greenlet
+is in the middle of one raises :class:`~pymongo.errors.InvalidOperation`
+rather than interleaving two requests on one connection.
+
+A cursor that is dropped without being closed is closed in a new greenlet
+(killCursors, and its pinned connection checked in).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import deque
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+import gevent
+from pymongo.errors import ConnectionFailure, InvalidOperation, PyMongoError
+
+from greenpool.pool import Connection, Purpose
+
+if TYPE_CHECKING:
+    from greenpool.client import Client
+    from greenpool.link import Link
+    from greenpool.session import Session
+
+__all__ = ["Cursor"]
+
+
+class Cursor:
+    """The documents of a server-side cursor; see the module's docstring.
+
+    Made by :meth:`greenpool.Client.cursor` and :meth:`greenpool.Client.find`.
+    """
+
+    def __init__(self, client: Client, dbname: str, command: dict[str, Any], *,
+                 batch_size: int | None, session: Session | None) -> None:
+        self._client = client
+        self._db = dbname
+        self._session = session
+        self._batch_size = batch_size
+        self._buffer: deque[dict[str, Any]] = deque()
+        self._id = 0
+        self._collection = ""
+        #: The connection this cursor is pinned to (load-balanced mode).
+        self._conn: Connection[Link] | None = None
+        self._user: gevent.Greenlet | None = None
+        self._closed = False
+        self._read(self._round_trip(command), "firstBatch")
+        if self._id:
+            client._cursors.add(self)
+
+    @property
+    def id(self) -> int:
+        """The server's cursor id; 0 once the server has no more documents."""
+        return self._id
+
+    @property
+    def alive(self) -> bool:
+        """Whether more documents may come: buffered ones, or a live server cursor."""
+        return bool(self._buffer) or (self._id != 0 and not self._closed)
+
+    @property
+    def pinned(self) -> bool:
+        """Whether the cursor holds a connection of its own (load-balanced mode)."""
+        return self._conn is not None
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return self
+
+    def __next__(self) -> dict[str, Any]:
+        with self._exclusive():
+            while not self._buffer:
+                if self._id == 0 or self._closed:
+                    self._release()
+                    raise StopIteration
+                self._get_more()
+            return self._buffer.popleft()
+
+    def close(self) -> None:
+        """Kill the server cursor if it is still open; release the connection.
+
+        Idempotent. killCursors errors are ignored: the server reaps
+        abandoned cursors anyway.
+        """
+        with self._exclusive():
+            if self._closed:
+                return
+            self._closed = True
+            self._buffer.clear()
+            self._client._cursors.discard(self)
+            try:
+                if self._id and (self._conn is None or self._conn.error is None):
+                    with contextlib.suppress(PyMongoError):
+                        self._round_trip({"killCursors": self._collection,
+                                          "cursors": [self._id]})
+            finally:
+                self._id = 0
+                self._release()
+
+    def __enter__(self) -> Cursor:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if self._closed or (self._id == 0 and self._conn is None):
+            return
+        conn, self._conn = self._conn, None
+        if not self._client.closed:
+            gevent.spawn(_reap, self._client, self._db, self._collection, self._id, conn,
+                         self._session)
+
+    def __repr__(self) -> str:
+        return (f"<greenpool.Cursor {self._db}.{self._collection} id={self._id}"
+                f"{' pinned' if self._conn is not None else ''}"
+                f"{' closed' if self._closed else ''}>")
+
+    # -- internals ------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _exclusive(self) -> Iterator[None]:
+        current = gevent.getcurrent()
+        if self._user is not None and self._user is not current:
+            raise InvalidOperation(
+                f"{self!r} is in use by another greenlet; a cursor serves one greenlet "
+                f"at a time")
+        outer = self._user is None
+        self._user = current
+        try:
+            yield
+        finally:
+            if outer:
+                self._user = None
+
+    def _get_more(self) -> None:
+        command: dict[str, Any] = {"getMore": self._id, "collection": self._collection}
+        if self._batch_size:
+            command["batchSize"] = self._batch_size
+        try:
+            reply = self._round_trip(command)
+        except ConnectionFailure:
+            # The server cursor is unreachable now: close must not try to
+            # kill it, and a pinned connection stays pinned until close.
+            self._id = 0
+            raise
+        self._read(reply, "nextBatch")
+        if self._id == 0:
+            self._release()
+
+    def _read(self, reply: Mapping[str, Any], field: str) -> None:
+        cursor = reply.get("cursor")
+        if not isinstance(cursor, Mapping) or not isinstance(cursor.get(field), list):
+            raise InvalidOperation(f"the server's reply has no cursor.{field}: {reply!r}")
+        self._id = int(cursor.get("id", 0))
+        namespace = cursor.get("ns")
+        if isinstance(namespace, str) and "." in namespace:
+            self._db, self._collection = namespace.split(".", 1)
+        self._buffer.extend(cursor[field])
+
+    def _round_trip(self, command: dict[str, Any]) -> dict[str, Any]:
+        client, session = self._client, self._session
+        if session is not None:
+            session.decorate(command)
+        if self._conn is not None:
+            return client._send(self._conn, self._db, command, session)
+        with client._lease(session, Purpose.CURSOR, keep=self._keep) as conn:
+            return client._send(conn, self._db, command, session)
+
+    def _keep(self, conn: Connection[Link]) -> bool:
+        """Pin ``conn`` (in load-balanced mode, while the server cursor lives)."""
+        if not self._client.load_balanced or self._id == 0 or conn.error is not None:
+            return False
+        self._conn = conn
+        return True
+
+    def _release(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            self._client._release_pinned(conn)
+
+
+def _reap(client: Client, db: str, collection: str, cursor_id: int,
+          conn: Connection[Link] | None, session: Session | None) -> None:
+    """Close an abandoned cursor: killCursors, then check its connection in."""
+    command: dict[str, Any] = {"killCursors": collection, "cursors": [cursor_id]}
+    try:
+        if cursor_id and not client.closed and (conn is None or conn.error is None):
+            with contextlib.suppress(PyMongoError):
+                if session is not None:
+                    command["lsid"] = session.lsid
+                if conn is not None:
+                    client._send(conn, db, command, None)
+                else:
+                    with client._lease(None, Purpose.CURSOR) as leased:
+                        client._send(leased, db, command, None)
+    finally:
+        if conn is not None:
+            client._release_pinned(conn)
