@@ -434,7 +434,9 @@ class Pool(Generic[T]):
         if conn._pid != self._pid:  # the process forked while connecting
             _close_quietly(transport)
             raise PoolClearedError.forked(self.address)
-        self._unpend(conn)
+        # Still "filling" if the maintenance greenlet made it: it is owed to
+        # the first waiter (see _grant) until _fill hands it on.
+        self._pending.discard(conn)
         if self.options.load_balanced:
             entry = self._services.setdefault(conn.service_id, [0, 0])
             conn.generation = entry[0]
@@ -792,6 +794,7 @@ class Pool(Generic[T]):
             self._establish(conn)
         except Exception:
             return  # already closed and reported; SDAM handled the error
+        self._filling.discard(conn)
         self._put_back(conn)
         self._settle()
 

@@ -1,8 +1,10 @@
-"""The CMAP spec's cmap-format conformance tests (unit style), by file name.
+"""The CMAP spec's cmap-format conformance tests, by file name.
 
-The integration-style files need a real server; they run in
-test_cmap_spec_integration.py once one is available, and are collected and
-skipped here with the reason.
+Unit-style files run against a pool of mock connections. Integration-style
+files run against the test server (``mongodb_uri``): a pool of real
+:class:`~greenpool.link.Link` connections with the file's appName, whose
+establishment errors go through SDAM's rules as in a Client, with the file's
+fail point set before and switched off after.
 """
 
 from __future__ import annotations
@@ -12,7 +14,12 @@ from typing import Any
 import pytest
 
 from greenpool import Pool, PoolOptions
+from greenpool.client import establish_error_handler
+from greenpool.link import LinkOptions, make_connector
+from greenpool.topology import Topology
+from greenpool.uri import parse_uri
 from tests.cmap_runner import CMAP_DIR, CmapTestRunner, load_cmap_tests
+from tests.failpoints import failpoint
 from tests.mock import MockConnector
 
 TESTS = load_cmap_tests()
@@ -39,5 +46,18 @@ def test_cmap_unit(name: str, test: dict[str, Any]) -> None:
 
 
 @pytest.mark.parametrize(("name", "test"), INTEGRATION, ids=[name for name, _ in INTEGRATION])
-def test_cmap_integration(name: str, test: dict[str, Any]) -> None:
-    pytest.skip("integration-style: needs greenpool's real connections to a server")
+def test_cmap_integration(name: str, test: dict[str, Any], mongodb_uri: str) -> None:
+    address = parse_uri(mongodb_uri).hosts[0]
+
+    def make_real_pool(options: dict[str, Any], listener: object) -> Pool[Any]:
+        link_options = LinkOptions(app_name=options.pop("appName", None), connect_timeout=10)
+        pool: Pool[Any] = Pool(address, PoolOptions(options),
+                               connector=make_connector(link_options), listeners=[listener],
+                               on_establish_error=lambda error, conn: handler(error, conn))
+        topology = Topology(address, pool, load_balanced=False, heartbeat_frequency=10,
+                            server_selection_timeout=10)
+        handler = establish_error_handler(topology)
+        return pool
+
+    with failpoint(mongodb_uri, test["failPoint"]):
+        CmapTestRunner(test, make_real_pool).run()
