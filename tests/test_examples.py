@@ -1,0 +1,53 @@
+"""The demo and the examples run as written."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def run(*args: str, env: dict[str, str] | None = None) -> str:
+    result = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True,
+                            timeout=100, env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
+
+
+def test_demo_with_an_embedded_server() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "MONGODB_URI"}
+    out = run("-m", "greenpool.demo", "--greenlets", "200", "--operations", "5", env=env)
+    assert "starting an embedded SecantusDB on 127.0.0.1" in out
+    assert "operations               1000" in out
+    assert "ConnectionCheckedOutEvent" in out and "PoolReadyEvent" in out
+    assert "wait_p99_ms" in out
+
+
+def test_demo_with_a_uri(mongodb_uri: str) -> None:
+    out = run("-m", "greenpool.demo", "--uri", mongodb_uri, "--greenlets", "20",
+              "--operations", "3", "--pool-size", "2")
+    assert "embedded" not in out
+    assert "maxPoolSize=2" in out and "operations               60" in out
+
+
+def test_demo_refuses_bad_sizes() -> None:
+    result = subprocess.run([sys.executable, "-m", "greenpool.demo", "--greenlets", "0"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert "--greenlets must be at least 1, not 0" in result.stderr
+
+
+@pytest.mark.parametrize(("script", "expected"), [
+    ("gevent_script.py", "page 3 documents: 14"),
+    ("listener.py", 'greenpool_commands_total{command="ping"} 50'),
+    ("log_messages.py", '"message": "Connection checked out"'),
+])
+def test_example(script: str, expected: str, mongodb_uri: str) -> None:
+    assert expected in run(str(ROOT / "examples" / script), mongodb_uri)
