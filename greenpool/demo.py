@@ -40,7 +40,7 @@ class PoolWatcher(monitoring.ConnectionPoolListener):
 
     def connection_checked_out(self, event: monitoring.ConnectionCheckedOutEvent) -> None:
         self._count(event)
-        self.waits.append(event.duration)
+        self.waits.append(event.duration or 0.0)
 
     pool_created = pool_ready = pool_cleared = pool_closed = _count
     connection_created = connection_ready = connection_closed = _count
