@@ -272,7 +272,7 @@ def with_service_id(header: MessageHeader, body: bytes, service_id: ObjectId) ->
     return None
 
 
-class _Closed(Exception):
+class PeerClosed(Exception):
     """The peer closed its side, or sent something that is not a message."""
 
 
@@ -283,17 +283,17 @@ def _recv_exactly(sock: Any, size: int) -> bytes:
     while received < size:
         count = sock.recv_into(view[received:])
         if not count:
-            raise _Closed
+            raise PeerClosed
         received += count
     return bytes(buffer)
 
 
-def _read_message(sock: Any) -> tuple[MessageHeader, bytes, bytes]:
+def read_message(sock: Any) -> tuple[MessageHeader, bytes, bytes]:
     """One message from ``sock``: its header, its body, and its raw bytes."""
     raw_header = _recv_exactly(sock, HEADER_SIZE)
     header = MessageHeader(*_HEADER.unpack(raw_header))
     if not HEADER_SIZE <= header.length <= DEFAULT_MAX_MESSAGE_SIZE:
-        raise _Closed
+        raise PeerClosed
     body = _recv_exactly(sock, header.length - HEADER_SIZE)
     return header, body, raw_header + body
 
@@ -408,9 +408,9 @@ class ProxiedConnection:
                 sock.close()
 
     def _client_to_server(self) -> None:
-        with contextlib.suppress(_Closed, OSError):
+        with contextlib.suppress(PeerClosed, OSError):
             while self._hello_id is None:
-                header, body, raw = _read_message(self.client)
+                header, body, raw = read_message(self.client)
                 hello = parse_hello(header, body)
                 if hello is None:
                     self.upstream.sendall(raw)
@@ -425,9 +425,9 @@ class ProxiedConnection:
             _relay(self.client, self.upstream)
 
     def _server_to_client(self) -> None:
-        with contextlib.suppress(_Closed, OSError):
+        with contextlib.suppress(PeerClosed, OSError):
             while not self._handshake_done:
-                header, body, raw = _read_message(self.upstream)
+                header, body, raw = read_message(self.upstream)
                 if self._hello_id is not None and header.response_to == self._hello_id:
                     self._handshake_done = True
                     raw = with_service_id(header, body, self.service_id) or raw
