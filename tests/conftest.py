@@ -96,3 +96,13 @@ def lb(lb_cluster: LBCluster) -> Iterator[LBCluster]:
         yield lb_cluster
     finally:
         lb_cluster.reset()
+
+
+@pytest.fixture(scope="session")
+def lb_single_cluster(lb_cluster: LBCluster) -> Iterator[LBCluster]:
+    """A second load balancer in front of ``lb_cluster``'s backend 0 only, with the same
+    ``serviceId``: the Load Balancer tests' ``SINGLE_MONGOS_LB_URI`` (``lb_cluster`` is their
+    ``MULTI_MONGOS_LB_URI``)."""
+    server = lb_cluster.servers[0]
+    with LBProxy([server.address], service_ids=lb_cluster.service_ids[:1]) as proxy:
+        yield LBCluster(proxy, [server])

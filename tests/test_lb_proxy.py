@@ -243,6 +243,16 @@ def test_only_the_first_hello_is_special(lb: LBCluster, links: list[Link]) -> No
     assert "serviceId" not in link.command("admin", {"hello": 1})  # not refused either
 
 
+def test_the_single_backend_balancer(
+    lb: LBCluster, lb_single_cluster: LBCluster, links: list[Link]
+) -> None:
+    for _ in range(3):
+        link = lb_link(lb_single_cluster.proxy.address)
+        links.append(link)
+        assert link.service_id == lb.service_ids[0] == lb_single_cluster.service_ids[0]
+    assert lb_single_cluster.backends[0].open >= 3
+
+
 # -- a client that is not in load-balanced mode ----------------------------------------------
 
 
