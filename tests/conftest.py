@@ -60,3 +60,49 @@ def tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TLSServer]:
     files = make_tls_files(tmp_path_factory.mktemp("tls"))
     with ServerProcess(tls=files) as server:
         yield TLSServer(server, files)
+
+
+# -- A load balancer in front of two servers (tests/lb_proxy.py) -----------------------------
+
+from tests.lb_proxy import LBCluster, LBProxy  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def lb_cluster() -> Iterator[LBCluster]:
+    """A round-robin load balancer (in this process) in front of two SecantusDB servers.
+
+    Backend 0 and 1 are one-node replica sets (transactions work); each backend's hellos
+    carry its own ``serviceId``. Prefer the ``lb`` fixture, which resets fail points and
+    failure switches after the test.
+    """
+    with (
+        ServerProcess(replica_set=True) as first,
+        ServerProcess(replica_set=True) as second,
+        LBProxy([first.address, second.address]) as proxy,
+    ):
+        yield LBCluster(proxy, [first, second])
+
+
+@pytest.fixture(scope="session")
+def lb_uri(lb_cluster: LBCluster) -> str:
+    """``mongodb://127.0.0.1:<port>/?loadBalanced=true``: the load balancer of ``lb_cluster``."""
+    return lb_cluster.uri
+
+
+@pytest.fixture
+def lb(lb_cluster: LBCluster) -> Iterator[LBCluster]:
+    """``lb_cluster``, with every backend up and without fail point after the test."""
+    try:
+        yield lb_cluster
+    finally:
+        lb_cluster.reset()
+
+
+@pytest.fixture(scope="session")
+def lb_single_cluster(lb_cluster: LBCluster) -> Iterator[LBCluster]:
+    """A second load balancer in front of ``lb_cluster``'s backend 0 only, with the same
+    ``serviceId``: the Load Balancer tests' ``SINGLE_MONGOS_LB_URI`` (``lb_cluster`` is their
+    ``MULTI_MONGOS_LB_URI``)."""
+    server = lb_cluster.servers[0]
+    with LBProxy([server.address], service_ids=lb_cluster.service_ids[:1]) as proxy:
+        yield LBCluster(proxy, [server])
