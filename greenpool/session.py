@@ -26,6 +26,7 @@ from pymongo.errors import ConnectionFailure, InvalidOperation, OperationFailure
 
 if TYPE_CHECKING:
     from greenpool.client import Client
+    from greenpool.link import Link
     from greenpool.pool import Connection
 
 __all__ = ["Session", "TransactionState"]
@@ -63,7 +64,7 @@ class Session:
         self.state = TransactionState.NONE
         self.ended = False
         #: The connection a load-balanced transaction is pinned to.
-        self.pinned: Connection[Any] | None = None
+        self.pinned: Connection[Link] | None = None
         self._commit_attempts = 0
 
     @property
@@ -190,6 +191,9 @@ class Session:
         self.ended = True
         self._client._session_ended(self)
 
+    #: PyMongo's name for :meth:`end`.
+    end_session = end
+
     def __enter__(self) -> Session:
         return self
 
@@ -199,10 +203,21 @@ class Session:
     # -- helpers ----------------------------------------------------------------
 
     def _run_finishing(self, command: dict[str, Any]) -> None:
+        """Run commitTransaction or abortTransaction, retried once after a
+        retryable error (as retryable writes are, unless retryWrites=false);
+        the retry may use another connection, so the pin is dropped first."""
         command["lsid"] = self.lsid
         command["txnNumber"] = self.txn_number
         command["autocommit"] = False
-        self._client._run_in_session(self, "admin", command)
+        try:
+            self._client._run_in_session(self, "admin", command)
+        except PyMongoError as error:
+            if not (self._client.settings.retry_writes and _is_retryable(error)):
+                raise
+            self._unpin()
+            if "commitTransaction" in command:
+                command["writeConcern"] = _RETRY_COMMIT_WRITE_CONCERN
+            self._client._run_in_session(self, "admin", command)
 
     def _unpin(self) -> None:
         pinned, self.pinned = self.pinned, None
@@ -217,6 +232,10 @@ class Session:
 def _label(error: PyMongoError, label: str) -> None:
     if not error.has_error_label(label):
         error._add_error_label(label)
+
+
+def _is_retryable(error: PyMongoError) -> bool:
+    return isinstance(error, ConnectionFailure) or error.has_error_label("RetryableWriteError")
 
 
 def _is_max_time_expired(error: PyMongoError) -> bool:
