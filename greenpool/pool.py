@@ -485,8 +485,25 @@ class Pool(Generic[T]):
 
         :raises ValueError: ``conn`` is from another pool, or not checked out.
         """
+        events = self._events
+        # The fast path: a healthy connection of the current generation back
+        # to a ready pool nobody waits on or listens to becomes available.
+        # Anything else (and any doubt) takes the general path below.
+        if (conn._pool is self and conn.state is ConnectionState.IN_USE
+                and self._state is PoolState.READY and not self._queue.waiting
+                and conn.error is None and conn.generation == self._generation
+                and not self._load_balanced and conn._pid == self._pid
+                and not events.active):
+            self._in_use.discard(conn)
+            conn.purpose = Purpose.OTHER
+            conn.state = ConnectionState.AVAILABLE
+            conn._idle_since = _now()
+            self._available.append(conn)
+            if events._outbox:
+                events.flush()
+            return
         self._checkin(conn)
-        self._events.flush()
+        events.flush()
 
     def _checkin(self, conn: Connection[T]) -> None:
         """Check in without reporting yet (the caller flushes)."""
