@@ -316,16 +316,14 @@ class GreenPool(Pool):
         conn: Connection | None = None
         reported = False
         try:
+            # From here the grant is _gp_use_grant's: it gives it back on failure.
             conn = self._gp_use_grant(grant, epoch, deadline, started, handler)
-            grant = None
             conn.active = True
             self.active_contexts.add(conn.cancel_context)
             self._gp_out.add(conn)
         except BaseException as error:
             reported = isinstance(error, WaitQueueTimeoutError)
             if epoch == self._gp_epoch:
-                if grant is not None and grant is not conn:
-                    self._gp_give_back(grant, False, epoch)
                 self.requests -= 1
                 self.active_sockets -= 1
                 self.operation_count -= 1
