@@ -5,14 +5,19 @@
     python3 tools/dev.py test    # ruff, mypy --strict, the whole test suite
 
 Needs only Python 3.11+ with venv and pip. The virtual environment lives in
-``.venv`` and is (re)installed when setup.cfg or pyproject.toml change.
-Extra arguments after ``test`` go to pytest.
+``.venv`` and is (re)installed when setup.cfg or pyproject.toml change; it
+gets the newest PyMongo that setup.cfg allows. ``test`` then runs the
+greenpool.pymongo tests again in ``.venv-pymongo-low``, with the lowest
+PyMongo setup.cfg allows pinned (installed the same way, on first need).
+Extra arguments after ``test`` go to pytest, and skip that second run.
 """
 
 from __future__ import annotations
 
+import configparser
 import hashlib
 import os
+import re
 import subprocess
 import sys
 import venv
@@ -21,7 +26,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 VENV = ROOT / ".venv"
 PYTHON = VENV / "bin" / "python"
-STAMP = VENV / ".greenpool-installed"
+LOW_VENV = ROOT / ".venv-pymongo-low"
+# The tests of what depends on PyMongo's private internals (greenpool.pymongo).
+ADAPTER_TESTS = ("tests/test_pymongo_pool.py", "tests/test_pymongo_client.py")
 
 
 def run(*args: str | Path, env: dict[str, str] | None = None) -> None:
@@ -31,19 +38,36 @@ def run(*args: str | Path, env: dict[str, str] | None = None) -> None:
         sys.exit(result.returncode)
 
 
-def setup() -> None:
-    """Create .venv and install greenpool with its test extra, if needed."""
+def setup(where: Path = VENV, *pins: str) -> Path:
+    """Create ``where`` and install greenpool with its test extra (and
+    ``pins``), if not done for the current setup.cfg and pyproject.toml.
+    Returns the environment's python."""
+    python = where / "bin" / "python"
+    stamp = where / ".greenpool-installed"
     wanted = hashlib.sha256(
         b"".join((ROOT / name).read_bytes() for name in ("setup.cfg", "pyproject.toml"))
+        + " ".join(pins).encode()
     ).hexdigest()
-    if STAMP.exists() and STAMP.read_text() == wanted:
-        return
-    if not PYTHON.exists():
-        print(f"creating {VENV}", flush=True)
-        venv.EnvBuilder(with_pip=True).create(VENV)
-    run(PYTHON, "-m", "pip", "install", "--quiet", "--upgrade", "pip")
-    run(PYTHON, "-m", "pip", "install", "--quiet", "-e", ".[test]")
-    STAMP.write_text(wanted)
+    if stamp.exists() and stamp.read_text() == wanted:
+        return python
+    if not python.exists():
+        print(f"creating {where}", flush=True)
+        venv.EnvBuilder(with_pip=True).create(where)
+    run(python, "-m", "pip", "install", "--quiet", "--upgrade", "pip")
+    run(python, "-m", "pip", "install", "--quiet", "-e", ".[test]", *pins)
+    stamp.write_text(wanted)
+    return python
+
+
+def lowest_pymongo() -> str:
+    """``pymongo==X.Y.0`` for setup.cfg's ``pymongo>=X.Y,<...`` requirement."""
+    config = configparser.ConfigParser()
+    config.read(ROOT / "setup.cfg")
+    for requirement in config["options"]["install_requires"].split():
+        found = re.fullmatch(r"pymongo>=(\d+)\.(\d+)(?:\.0)?,<[\d.]+", requirement)
+        if found:
+            return f"pymongo=={found[1]}.{found[2]}.0"
+    sys.exit("setup.cfg: no 'pymongo>=X.Y,<Z' requirement to find the lowest PyMongo from")
 
 
 def demo(args: list[str]) -> None:
@@ -55,6 +79,13 @@ def test(args: list[str]) -> None:
     run(PYTHON, "-m", "mypy", "--strict", "greenpool")
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
     run(PYTHON, "-m", "pytest", *args, env=env)
+    if args:
+        return
+    low = lowest_pymongo()
+    print(f"+ the greenpool.pymongo tests again with {low}", flush=True)
+    low_python = setup(LOW_VENV, low)
+    run(low_python, "-c", "import pymongo; print('pymongo', pymongo.version)")
+    run(low_python, "-m", "pytest", *ADAPTER_TESTS, env=env)
 
 
 JOBS = {"demo": demo, "test": test}

@@ -1,0 +1,426 @@
+"""greenpool.pymongo's GreenPool without a server: PyMongo's own pool code and
+connect() run for real over tests.pymongo_support.FakeNetwork.
+
+Covers the supported-version guard, the pool factory, the CMAP spec's
+cmap-format unit tests through the adapter, FIFO handoff, maxConnecting,
+clearing, the load-balanced timeout message, the kill-safe Condition, and a
+kill (GreenletExit, gevent.Timeout) at every yield point of a scenario.
+"""
+
+from __future__ import annotations
+
+import configparser
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import gevent
+import gevent.event
+import gevent.lock
+import pymongo
+import pytest
+from pymongo import monitoring
+from pymongo.errors import AutoReconnect, WaitQueueTimeoutError
+from pymongo.pool_options import PoolOptions
+from pymongo.synchronous.pool import Pool as StockPool
+
+import greenpool.pymongo as adapter
+from greenpool.pymongo import GreenPool, KillSafeCondition, pool_factory
+from tests.cmap_runner import CMAP_DIR, CmapTestRunner, Recorder, load_cmap_tests
+from tests.pymongo_support import (
+    ADDRESS,
+    FakeNetwork,
+    SpecPool,
+    check_invariants,
+    counters,
+    hold,
+    make_pool,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+IDLE = {"requests": 0, "active_sockets": 0, "operation_count": 0, "pending": 0,
+        "ncursors": 0, "ntxns": 0, "waiting": 0}
+
+
+@pytest.fixture
+def network(monkeypatch: pytest.MonkeyPatch) -> FakeNetwork:
+    return FakeNetwork().install(monkeypatch)
+
+
+# -- the supported PyMongo versions ------------------------------------------------------------
+
+
+def test_installed_pymongo_is_in_the_declared_range() -> None:
+    config = configparser.ConfigParser()
+    config.read(ROOT / "setup.cfg")
+    requirements = config["options"]["install_requires"].split()
+    low, high = adapter.SUPPORTED_PYMONGO
+    declared = f"pymongo>={low[0]}.{low[1]},<{high[0]}.{high[1]}"
+    assert declared in requirements, (declared, requirements)
+    adapter.check_pymongo_version(pymongo.version)  # what the import already did
+
+
+@pytest.mark.parametrize("version", ["4.18.3", "4.21.0", "5.0.0", "3.13.0", "nonsense"])
+def test_an_unsupported_pymongo_is_refused_with_both_versions_named(version: str) -> None:
+    with pytest.raises(adapter.UnsupportedPyMongoVersion) as caught:
+        adapter.check_pymongo_version(version)
+    text = str(caught.value)
+    assert f"pymongo {version} is installed" in text
+    assert "pymongo>=4.19,<4.21" in text
+    assert isinstance(caught.value, ImportError)
+
+
+@pytest.mark.parametrize("version", ["4.19.0", "4.20.0", "4.20.7", "4.19.0.dev1"])
+def test_supported_versions_pass(version: str) -> None:
+    adapter.check_pymongo_version(version)
+
+
+# -- the factory -------------------------------------------------------------------------------
+
+
+def test_factory_keeps_monitor_pools_stock_and_makes_app_pools_green() -> None:
+    options = PoolOptions()
+    monitor = pool_factory(ADDRESS, options, is_sdam=True, client_id=None)
+    app = pool_factory(ADDRESS, options, client_id=None)
+    assert type(monitor) is StockPool
+    assert type(app) is GreenPool
+    monitor.close()
+    app.close()
+
+
+def test_client_refuses_other_pool_classes() -> None:
+    with pytest.raises(TypeError, match="_pool_class"):
+        adapter.MongoClient("mongodb://127.0.0.1:1", connect=False, _pool_class=StockPool)
+
+
+# -- the CMAP spec's unit tests, through the adapter -------------------------------------------
+
+
+class AdapterRunner(CmapTestRunner):
+    """PyMongo names its closed-pool error _PoolClosedError, and its timeout
+    message continues after the spec's text with the pool's figures."""
+
+    def check(self, error: BaseException | None) -> None:
+        expected = self.test.get("error")
+        if expected:
+            assert error is not None, f"expected an error {expected}, got none"
+            assert type(error).__name__.lstrip("_") == expected["type"], repr(error)
+            assert str(error).startswith(expected["message"]), repr(error)
+            self.test = {key: value for key, value in self.test.items() if key != "error"}
+            error = None
+        super().check(error)
+
+
+UNIT = [(name, test) for name, test in load_cmap_tests() if test["style"] == "unit"]
+
+
+@pytest.mark.parametrize(("name", "test"), UNIT, ids=[name for name, _ in UNIT])
+def test_cmap_unit_through_the_adapter(name: str, test: dict[str, Any],
+                                       network: FakeNetwork) -> None:
+    AdapterRunner(test, SpecPool).run()
+
+
+@pytest.mark.skipif(not UNIT, reason=f"CMAP spec tests not found in {CMAP_DIR} "
+                    "(set GREENPOOL_SPEC_TESTS to the spec-tests 'source' directory)")
+def test_cmap_unit_tests_are_present() -> None:
+    assert len(UNIT) == 26, "the cmap-format unit tests were not found"
+
+
+# -- fairness and limits -----------------------------------------------------------------------
+
+
+def test_waiters_are_served_in_arrival_order_and_a_returner_cannot_barge(
+        network: FakeNetwork) -> None:
+    pool = make_pool({"maxPoolSize": 1})
+    pool.ready()
+    holder = hold(pool)
+    served: list[int] = []
+
+    def waiter(index: int) -> None:
+        conn = hold(pool)
+        served.append(index)
+        gevent.sleep(0)
+        pool.checkin(conn)
+
+    waiters = [gevent.spawn(waiter, index) for index in range(10)]
+    gevent.sleep(0.01)
+    assert counters(pool)["waiting"] == 10
+    pool.checkin(holder)
+    # The old holder comes straight back: it must queue behind all ten.
+    with gevent.Timeout(5):
+        again = hold(pool)
+    served.append(99)
+    pool.checkin(again)
+    gevent.joinall(waiters, timeout=5, raise_error=True)
+    assert served == [*range(10), 99]
+    assert counters(pool) == IDLE
+
+
+def test_max_connecting_is_enforced(monkeypatch: pytest.MonkeyPatch) -> None:
+    gate = gevent.event.Event()
+    network = FakeNetwork(before_connect=gate.wait).install(monkeypatch)
+    pool = make_pool({"maxPoolSize": 10, "maxConnecting": 2})
+    pool.ready()
+    results: list[Any] = []
+    greenlets = [gevent.spawn(lambda: results.append(hold(pool))) for _ in range(5)]
+    gevent.sleep(0.01)
+    assert pool._pending == 2 and len(network.opened) == 0
+    assert counters(pool)["waiting"] == 3
+    check_invariants(pool)
+    gate.set()
+    gevent.joinall(greenlets, timeout=5, raise_error=True)
+    assert len(results) == 5 and len(network.opened) == 5
+    for conn in results:
+        pool.checkin(conn)
+    assert counters(pool) == IDLE and len(pool.conns) == 5
+
+
+def test_clear_fails_every_waiter_once_with_a_retryable_error(network: FakeNetwork) -> None:
+    recorder = Recorder()
+    pool = make_pool({"maxPoolSize": 1}, [recorder])
+    pool.ready()
+    holder = hold(pool)
+    errors: list[BaseException] = []
+
+    def waiter() -> None:
+        try:
+            hold(pool)
+        except AutoReconnect as error:
+            errors.append(error)
+
+    waiters = [gevent.spawn(waiter) for _ in range(3)]
+    gevent.sleep(0.01)
+    pool.reset()
+    pool.ready()  # at once: the waiters failed regardless
+    gevent.joinall(waiters, timeout=5, raise_error=True)
+    assert [str(error).split(" (")[0] for error in errors] == (
+        ["db.test:27017: connection pool paused"] * 3)
+    failed = [e for e in recorder.events if isinstance(e, monitoring.ConnectionCheckOutFailedEvent)]
+    assert [e.reason for e in failed] == ["connectionError"] * 3
+    pool.checkin(holder)  # stale now: closed, not reused
+    assert counters(pool) == IDLE and not pool.conns and network.open_count == 0
+
+
+def test_load_balanced_timeout_message_counts_connections_by_use(network: FakeNetwork) -> None:
+    pool = make_pool({"loadBalanced": True, "maxPoolSize": 3, "waitQueueTimeoutMS": 50})
+    pool.ready()
+    with pool.checkout() as cursor_conn:
+        cursor_conn.pin_cursor()
+    with pool.checkout() as txn_conn:
+        txn_conn.pin_txn()
+    other = hold(pool)
+    assert (pool.ncursors, pool.ntxns, pool.active_sockets) == (1, 1, 3)
+    with pytest.raises(WaitQueueTimeoutError) as caught:
+        hold(pool)
+    assert str(caught.value) == (
+        "Timeout waiting for connection from the connection pool. maxPoolSize: 3, "
+        "connections in use by cursors: 1, connections in use by transactions: 1, "
+        "connections in use by other operations: 1, timeout: 0.05")
+    cursor_conn.unpin()
+    txn_conn.unpin()
+    pool.checkin(other)
+    assert counters(pool) == IDLE and len(pool.conns) == 3
+
+
+def test_a_second_checkin_of_the_same_connection_changes_nothing(network: FakeNetwork) -> None:
+    pool = make_pool({"maxPoolSize": 2})
+    pool.ready()
+    conn = hold(pool)
+    pool.checkin(conn)
+    again = hold(pool)  # the same connection, handed out again
+    assert again is conn
+    pool.checkin(conn)
+    pool.checkin(conn)
+    assert counters(pool) == IDLE and list(pool.conns) == [conn] and not conn.closed
+
+
+def test_min_pool_size_filler_never_overtakes_a_waiter(network: FakeNetwork) -> None:
+    pool = make_pool({"maxPoolSize": 1, "minPoolSize": 1})
+    pool.ready()
+    holder = hold(pool)
+    waiter = gevent.spawn(hold, pool)
+    gevent.sleep(0.01)
+    pool.remove_stale_sockets(pool.gen.get_overall())
+    assert len(network.opened) == 1  # the filler made nothing while someone waits
+    pool.checkin(holder)
+    conn = waiter.get(timeout=5)
+    pool.checkin(conn)
+    pool.close()
+    assert network.open_count == 0
+
+
+# -- the kill-safe Condition -------------------------------------------------------------------
+
+
+def test_kill_while_reacquiring_leaves_the_lock_consistent() -> None:
+    """A waiter whose wait() times out while another greenlet holds the lock,
+    killed as it re-acquires: it must still return holding the lock, so its
+    ``with`` releases exactly once and never someone else's hold."""
+    lock = gevent.lock.RLock()
+    condition = KillSafeCondition(lock)
+    log: list[str] = []
+
+    def waiter() -> None:
+        try:
+            with condition:
+                condition.wait(0.01)
+        except gevent.GreenletExit:
+            log.append(f"waiter killed, lock owned by me: {lock._is_owned()}")
+            raise
+
+    def holder() -> None:
+        with lock:
+            gevent.sleep(0.05)  # the waiter's timeout fires; it blocks re-acquiring
+            log.append("holder still alone")
+            gevent.sleep(0.02)
+        log.append("holder released")
+
+    waiting = gevent.spawn(waiter)
+    gevent.sleep(0.001)
+    holding = gevent.spawn(holder)
+    gevent.sleep(0.03)
+    waiting.kill(block=False)
+    gevent.joinall([waiting, holding], timeout=5)
+    assert holding.successful(), holding.exception
+    assert isinstance(waiting.exception, type(None)) or waiting.dead
+    assert log == ["holder still alone", "holder released",
+                   "waiter killed, lock owned by me: False"]
+    assert lock.acquire(blocking=False)
+    lock.release()
+
+
+def test_kill_safe_condition_still_notifies() -> None:
+    condition = KillSafeCondition(gevent.lock.RLock())
+    woken: list[bool] = []
+
+    def waiter() -> None:
+        with condition:
+            woken.append(condition.wait(5))
+
+    greenlets = [gevent.spawn(waiter) for _ in range(3)]
+    gevent.sleep(0.01)
+    with condition:
+        condition.notify_all()
+    gevent.joinall(greenlets, timeout=5, raise_error=True)
+    assert woken == [True, True, True]
+
+
+# -- kills at every yield point ----------------------------------------------------------------
+
+
+class YieldPoints:
+    """Counts yield points; at the chosen one, kills the greenlet that hit it
+    (mode "self") or every other worker (mode "others")."""
+
+    def __init__(self, kill_at: int | None = None,
+                 kill: Callable[[], BaseException] = gevent.GreenletExit,
+                 mode: str = "self") -> None:
+        self.count = 0
+        self.kill_at = kill_at
+        self.kill = kill
+        self.mode = mode
+        self.killed = 0
+        self.pool: GreenPool | None = None
+        self.workers: list[gevent.Greenlet] = []
+
+    def hit(self) -> None:
+        if self.pool is None:
+            return  # PoolCreated, from the constructor
+        check_invariants(self.pool)
+        if self.count == self.kill_at:
+            current = gevent.getcurrent()
+            victims = [current] if self.mode == "self" else [
+                g for g in self.workers if g is not current and not g.dead]
+            for victim in victims:
+                gevent.get_hub().loop.run_callback(victim.throw, self.kill())
+            self.killed += len(victims)
+        self.count += 1
+        gevent.sleep(0)
+        check_invariants(self.pool)
+
+
+class YieldingListener(monitoring.ConnectionPoolListener):
+    def __init__(self, points: YieldPoints) -> None:
+        self.points = points
+
+    def _hit(self, event: object) -> None:
+        self.points.hit()
+
+    pool_created = pool_ready = pool_cleared = pool_closed = _hit
+    connection_created = connection_ready = connection_closed = _hit
+    connection_check_out_started = connection_check_out_failed = _hit
+    connection_checked_out = connection_checked_in = _hit
+
+
+def run_scenario(points: YieldPoints, monkeypatch: pytest.MonkeyPatch) -> GreenPool:
+    """Five workers over maxPoolSize 2, maxConnecting 1: queued waits, handoffs,
+    a failed connect, a connection that dies in use, a clear and a ready."""
+    attempts = [0]
+    running = [True]
+
+    def fail() -> BaseException | None:
+        attempts[0] += 1
+        second = attempts[0] == 2 and running[0]
+        return ConnectionRefusedError("refused") if second else None
+
+    FakeNetwork(before_connect=points.hit, fail=fail).install(monkeypatch)
+    pool = make_pool({"maxPoolSize": 2, "maxConnecting": 1}, [YieldingListener(points)])
+    pool.ready()
+    points.pool = pool  # counting starts with the workers
+
+    def worker(index: int) -> None:
+        for round_ in range(3):
+            try:
+                conn = hold(pool)
+                try:
+                    points.hit()
+                    if index == 1 and round_ == 1:
+                        conn.close_conn(None)  # the socket died in use
+                finally:
+                    pool.checkin(conn)
+            except (AutoReconnect, WaitQueueTimeoutError):
+                pass
+            except gevent.Timeout:
+                return  # killed with a Timeout: end quietly
+            if index == 4 and round_ == 0:
+                pool.reset()
+                points.hit()
+                pool.ready()
+
+    points.workers = [gevent.spawn(worker, index) for index in range(5)]
+    gevent.joinall(points.workers, timeout=10)
+    for greenlet in points.workers:
+        greenlet.kill()
+    running[0] = False
+    return pool
+
+
+def assert_quiescent(pool: GreenPool) -> None:
+    check_invariants(pool)
+    assert counters(pool) == IDLE, counters(pool)
+    if pool.state != adapter._READY:
+        pool.ready()
+    with gevent.Timeout(5):
+        first, second = hold(pool), hold(pool)  # every slot is still there
+        pool.checkin(first)
+        pool.checkin(second)
+    assert counters(pool) == IDLE, counters(pool)
+
+
+@pytest.mark.parametrize("mode", ["self", "others"])
+@pytest.mark.parametrize("kill", [gevent.GreenletExit, gevent.Timeout],
+                         ids=["GreenletExit", "Timeout"])
+def test_kill_at_every_yield_point(kill: Callable[[], BaseException], mode: str,
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    counting = YieldPoints()
+    assert_quiescent(run_scenario(counting, monkeypatch))
+    total = counting.count
+    assert total > 60, f"the scenario must exercise many yield points, not {total}"
+    killed = 0
+    for kill_at in range(total):
+        points = YieldPoints(kill_at=kill_at, kill=kill, mode=mode)
+        pool = run_scenario(points, monkeypatch)
+        killed += points.killed
+        points.kill_at = None
+        assert_quiescent(pool)
+    assert killed >= total // 2, f"only {killed} kills landed over {total} yield points"
