@@ -38,10 +38,12 @@ from __future__ import annotations
 
 import contextlib
 import time
+import uuid
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
+from bson.binary import UUID_SUBTYPE, Binary
 from pymongo import monitoring as _m
 from pymongo.errors import ConnectionFailure, InvalidOperation, PyMongoError
 
@@ -64,6 +66,9 @@ _LISTENER_TYPES = (
     _m.CommandListener, _m.ConnectionPoolListener, _m.ServerListener,
     _m.ServerHeartbeatListener, _m.TopologyListener,
 )
+# Behind a load balancer the server's session timeout is not known (no
+# monitor); MongoDB's default applies.
+_DEFAULT_SESSION_TIMEOUT_MINUTES = 30
 # endSessions takes at most this many ids per command (Sessions spec).
 _END_SESSIONS_BATCH = 10_000
 # A commit or abort is the end of a transaction, never a transient part of it.
@@ -98,6 +103,8 @@ class Client:
         self._sessions: set[Session] = set()
         self._ended_lsids: list[dict[str, Any]] = []
         self._cursors: weakref.WeakSet[Cursor] = weakref.WeakSet()
+        # Idle implicit server sessions, most recently used last: (lsid, last use).
+        self._server_sessions: list[tuple[dict[str, Any], float]] = []
         self._closed = False
         self.pool: Pool[Link] = Pool(
             self.address, settings.pool, connector=make_connector(self._link_options),
@@ -143,7 +150,10 @@ class Client:
         """
         document = self._prepare(dbname, command, session)
         with self._lease(session, Purpose.OTHER) as conn:
-            return self._send(conn, dbname, document, session)
+            if session is not None:
+                return self._send(conn, dbname, document, session)
+            with self._implicit_session(document):
+                return self._send(conn, dbname, document, None)
 
     def cursor(self, dbname: str, command: Mapping[str, Any], *, batch_size: int | None = None,
                session: Session | None = None) -> Cursor:
@@ -235,6 +245,13 @@ class Client:
             yield conn
             pinned = self._pin_to_transaction(session, conn) or (
                 keep is not None and keep(conn))
+        except PyMongoError as error:
+            # A transaction stays pinned after a refused command, unless the
+            # error says the transaction may be retried (elsewhere).
+            if not (error.has_error_label("TransientTransactionError")
+                    or error.has_error_label("UnknownTransactionCommitResult")):
+                pinned = self._pin_to_transaction(session, conn)
+            raise
         finally:
             if not pinned:
                 self.pool.checkin(conn)
@@ -320,13 +337,59 @@ class Client:
         with self._lease(session, Purpose.TRANSACTION) as conn:
             self._send(conn, dbname, command, session)
 
+    # -- internals: implicit sessions -----------------------------------------------------
+
+    @contextlib.contextmanager
+    def _implicit_session(self, command: dict[str, Any]) -> Iterator[None]:
+        """Run ``command`` in an implicit session (Sessions spec): an lsid
+        from the client's pool of server sessions, returned after use unless
+        a network error made it dirty."""
+        lsid = None if "lsid" in command else self._take_lsid()
+        if lsid is None:
+            yield
+            return
+        command["lsid"] = lsid
+        dirty = False
+        try:
+            yield
+        except ConnectionFailure:
+            dirty = True
+            raise
+        finally:
+            self._give_lsid(lsid, dirty)
+
+    def _take_lsid(self) -> dict[str, Any] | None:
+        """The most recently used idle server session that is not about to
+        expire, or a new one; None if the server does not support sessions."""
+        if self.load_balanced:
+            minutes: int | None = _DEFAULT_SESSION_TIMEOUT_MINUTES
+        else:
+            minutes = self.topology.server.logical_session_timeout_minutes
+        if minutes is None:
+            return None
+        now = time.monotonic()
+        while self._server_sessions:
+            lsid, last_used = self._server_sessions.pop()
+            if now - last_used < (minutes - 1) * 60:
+                return lsid
+        return {"id": Binary(uuid.uuid4().bytes, UUID_SUBTYPE)}
+
+    def _give_lsid(self, lsid: dict[str, Any], dirty: bool) -> None:
+        if dirty:
+            return  # the server may still hold it busy: never reuse it
+        if self._closed:
+            self._ended_lsids.append(lsid)
+        else:
+            self._server_sessions.append((lsid, time.monotonic()))
+
     def _session_ended(self, session: Session) -> None:
         self._sessions.discard(session)
         self._ended_lsids.append(session.lsid)
 
     def _end_server_sessions(self) -> None:
         """Tell the server the sessions are over (best effort, as drivers do)."""
-        lsids, self._ended_lsids = self._ended_lsids, []
+        lsids = self._ended_lsids + [lsid for lsid, _ in self._server_sessions]
+        self._ended_lsids, self._server_sessions = [], []
         if not lsids or not self.topology.server.is_server_type_known:
             return
         for start in range(0, len(lsids), _END_SESSIONS_BATCH):

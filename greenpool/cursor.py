@@ -62,9 +62,21 @@ class Cursor:
         self._conn: Connection[Link] | None = None
         self._user: gevent.Greenlet | None = None
         self._closed = False
-        self._read(self._round_trip(command), "firstBatch")
+        #: The implicit session's lsid (no explicit session): False before
+        #: the first command asks for one, None if the server has none.
+        self._lsid: dict[str, Any] | bool | None = False
+        try:
+            self._round_trip(command, "firstBatch")
+        except ConnectionFailure:
+            self._end_implicit_session(dirty=True)
+            raise
+        except BaseException:
+            self._end_implicit_session()
+            raise
         if self._id:
             client._cursors.add(self)
+        else:
+            self._end_implicit_session()
 
     @property
     def id(self) -> int:
@@ -113,6 +125,7 @@ class Cursor:
             finally:
                 self._id = 0
                 self._release()
+                self._end_implicit_session()
 
     def __enter__(self) -> Cursor:
         return self
@@ -124,9 +137,10 @@ class Cursor:
         if self._closed or (self._id == 0 and self._conn is None):
             return
         conn, self._conn = self._conn, None
+        lsid = self._session.lsid if self._session is not None else self._lsid
         if not self._client.closed:
             gevent.spawn(_reap, self._client, self._db, self._collection, self._id, conn,
-                         self._session)
+                         lsid if isinstance(lsid, dict) else None)
 
     def __repr__(self) -> str:
         return (f"<greenpool.Cursor {self._db}.{self._collection} id={self._id}"
@@ -155,15 +169,16 @@ class Cursor:
         if self._batch_size:
             command["batchSize"] = self._batch_size
         try:
-            reply = self._round_trip(command)
+            self._round_trip(command, "nextBatch")
         except ConnectionFailure:
             # The server cursor is unreachable now: close must not try to
             # kill it, and a pinned connection stays pinned until close.
             self._id = 0
+            self._end_implicit_session(dirty=True)
             raise
-        self._read(reply, "nextBatch")
         if self._id == 0:
             self._release()
+            self._end_implicit_session()
 
     def _read(self, reply: Mapping[str, Any], field: str) -> None:
         cursor = reply.get("cursor")
@@ -175,14 +190,38 @@ class Cursor:
             self._db, self._collection = namespace.split(".", 1)
         self._buffer.extend(cursor[field])
 
-    def _round_trip(self, command: dict[str, Any]) -> dict[str, Any]:
+    def _round_trip(self, command: dict[str, Any], batch: str | None = None) -> None:
+        """Send ``command``; read the reply's ``batch`` (firstBatch,
+        nextBatch) before the connection is released or kept for pinning."""
         client, session = self._client, self._session
         if session is not None:
             session.decorate(command)
         if self._conn is not None:
-            return client._send(self._conn, self._db, command, session)
+            self._attach_lsid(command)
+            reply = client._send(self._conn, self._db, command, session)
+            if batch is not None:
+                self._read(reply, batch)
+            return
         with client._lease(session, Purpose.CURSOR, keep=self._keep) as conn:
-            return client._send(conn, self._db, command, session)
+            self._attach_lsid(command)
+            reply = client._send(conn, self._db, command, session)
+            if batch is not None:
+                self._read(reply, batch)
+
+    def _attach_lsid(self, command: dict[str, Any]) -> None:
+        """Without an explicit session, every command of the cursor runs in
+        one implicit session, taken (after server selection) by the first."""
+        if self._session is not None:
+            return
+        if self._lsid is False:
+            self._lsid = self._client._take_lsid()
+        if isinstance(self._lsid, dict):
+            command["lsid"] = self._lsid
+
+    def _end_implicit_session(self, dirty: bool = False) -> None:
+        lsid, self._lsid = self._lsid, None
+        if isinstance(lsid, dict):
+            self._client._give_lsid(lsid, dirty)
 
     def _keep(self, conn: Connection[Link]) -> bool:
         """Pin ``conn`` (in load-balanced mode, while the server cursor lives)."""
@@ -198,14 +237,15 @@ class Cursor:
 
 
 def _reap(client: Client, db: str, collection: str, cursor_id: int,
-          conn: Connection[Link] | None, session: Session | None) -> None:
-    """Close an abandoned cursor: killCursors, then check its connection in."""
+          conn: Connection[Link] | None, lsid: dict[str, Any] | None) -> None:
+    """Close an abandoned cursor: killCursors (in the cursor's session, whose
+    implicit lsid is not reused), then check its connection in."""
     command: dict[str, Any] = {"killCursors": collection, "cursors": [cursor_id]}
     try:
         if cursor_id and not client.closed and (conn is None or conn.error is None):
             with contextlib.suppress(PyMongoError):
-                if session is not None:
-                    command["lsid"] = session.lsid
+                if lsid is not None:
+                    command["lsid"] = lsid
                 if conn is not None:
                     client._send(conn, db, command, None)
                 else:

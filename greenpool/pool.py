@@ -528,8 +528,11 @@ class Pool(Generic[T]):
         conn.purpose = Purpose.OTHER
         if self._state is PoolState.CLOSED:
             self._retire(conn, _Closed.POOL_CLOSED)
+        elif conn.error is not None and not conn.interrupted:
+            # Before staleness: its own error is usually why the pool was cleared.
+            self._retire(conn, _Closed.ERROR, conn.error)
         elif self.is_stale(conn):
-            self._retire(conn, _Closed.STALE)
+            self._retire(conn, _Closed.STALE)  # interrupted by a clear: stale
         elif conn.error is not None:
             self._retire(conn, _Closed.ERROR, conn.error)
         else:
@@ -632,6 +635,8 @@ class Pool(Generic[T]):
 
     def _perished(self, conn: Connection[T], now: float) -> str | None:
         """Why an available connection must be closed, or None. No side effects."""
+        if conn.error is not None and not conn.interrupted:
+            return _Closed.ERROR
         if self.is_stale(conn):
             return _Closed.STALE
         if conn.error is not None:

@@ -463,3 +463,33 @@ def test_configuration_errors(uri: str, message: str) -> None:
 def test_listeners_are_checked() -> None:
     with pytest.raises(TypeError, match="PyMongo listeners"):
         Client("mongodb://127.0.0.1:1", event_listeners=[object()])
+
+
+# -- implicit sessions ------------------------------------------------------------------------
+
+
+def lsids_of(events: AllEvents, name: str) -> list[Any]:
+    return [e.command.get("lsid") for e in events.of(_m.CommandStartedEvent)
+            if e.command_name == name]
+
+
+def test_implicit_sessions_are_reused(client: Client, events: AllEvents) -> None:
+    coll = unique("implicit")
+    client.command("test", {"insert": coll, "documents": [{"i": i} for i in range(5)]})
+    client.command("test", {"count": coll})
+    first, second = lsids_of(events, "insert")[0], lsids_of(events, "count")[0]
+    assert first is not None and first == second
+    with client.find("test", coll, {}, batch_size=2) as cursor:
+        assert len(list(cursor)) == 5
+    assert set(map(str, lsids_of(events, "find") + lsids_of(events, "getMore"))) == {str(first)}
+
+
+def test_a_network_error_discards_the_implicit_session(
+        client: Client, mongodb_uri: str, app_name: str, events: AllEvents) -> None:
+    client.command("admin", {"ping": 1})
+    with failpoint(mongodb_uri, fail(app_name, ["ping"], closeConnection=True)), \
+            pytest.raises(AutoReconnect):
+        client.command("admin", {"ping": 1})
+    client.command("admin", {"ping": 1})
+    first, dirty, after = lsids_of(events, "ping")
+    assert first == dirty and after != dirty
