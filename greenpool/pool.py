@@ -246,9 +246,12 @@ class Pool(Generic[T]):
         """Whether ``conn`` belongs to an older generation than the pool's
         (for its serviceId in load-balanced mode). SDAM ignores errors on
         stale connections."""
-        if self._load_balanced:
+        if self._load_balanced and conn._counted:
             entry = self._services.get(conn.service_id)
             return entry is None or conn.generation != entry[0]
+        # A load-balanced connection still establishing (an authentication
+        # error, say) takes its service's generation only once established;
+        # until then only a fork reset makes it stale.
         return conn.generation != self._generation
 
     def stats(self) -> PoolStats:

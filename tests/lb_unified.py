@@ -47,8 +47,9 @@ def skip_reason(test: Mapping[str, Any]) -> str | None:
     without LB support does not apply: the proxy refuses a non load-balanced hello)."""
     for requirement in test.get("runOnRequirements", []):
         if requirement.get("auth"):
-            return ("needs an authenticated load-balanced cluster (auth: true); the LB proxy "
-                    "fixture's backends run without --auth")
+            return ("needs an authenticated load-balanced cluster (auth: true): run by hand in "
+                    "test_load_balancers_sdam_error_handling_errors_during_authentication_"
+                    "are_processed")
     return None
 
 

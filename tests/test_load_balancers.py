@@ -9,11 +9,18 @@ diagnosis in ``KNOWN_DEVIATIONS``; fix greenpool, then delete the entry.
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import quote
 
+import gevent
 import pytest
+from pymongo import monitoring as _m
+from pymongo.errors import AutoReconnect
 
-from tests.lb_proxy import LBCluster
+from greenpool import Client
+from tests.events import AllEvents
+from tests.lb_proxy import LBCluster, LBProxy
 from tests.lb_unified import LB_DIR, Runner, load_cases, skip_reason
+from tests.servers import ADMIN, ServerProcess
 
 CASES = load_cases()
 
@@ -63,3 +70,44 @@ def test_load_balancers(
 ) -> None:
     runner = Runner(lb, lb_single_cluster.uri, non_lb=stem == "non-lb-connection-establishment")
     runner.run(spec, test)
+
+
+@pytest.mark.timeout(60)
+def test_load_balancers_sdam_error_handling_errors_during_authentication_are_processed() -> None:
+    """sdam-error-handling.json's "errors during authentication are processed" (the one
+    case with ``auth: true``), by hand, against a load balancer in front of a server
+    running with ``--auth``: a network error in saslContinue clears that service only."""
+    with (
+        ServerProcess(users=[ADMIN]) as server,
+        LBProxy([server.address]) as proxy,
+    ):
+        events = AllEvents()
+        credentials = f"{quote(ADMIN.name)}:{quote(ADMIN.password)}@"
+        uri = proxy.uri.replace("mongodb://", f"mongodb://{credentials}")
+        uri += "&appname=lbSDAMErrorTestClient&retryWrites=false&serverSelectionTimeoutMS=5000"
+        with server.client(user=ADMIN) as admin, Client(uri, event_listeners=[events]) as client:
+            admin.admin.command({
+                "configureFailPoint": "failCommand", "mode": {"times": 1},
+                "data": {"failCommands": ["saslContinue"], "closeConnection": True,
+                         "appName": "lbSDAMErrorTestClient"}})
+            try:
+                with pytest.raises(AutoReconnect):  # isClientError: a network error
+                    client.command("singleDB", {"insert": "singleColl",
+                                                "documents": [{"x": 1}]})
+            finally:
+                admin.admin.command({"configureFailPoint": "failCommand", "mode": "off"})
+            gevent.sleep(0)
+            observed = events.of(
+                _m.ConnectionCreatedEvent, _m.PoolClearedEvent, _m.ConnectionClosedEvent,
+                _m.ConnectionCheckOutFailedEvent, _m.ConnectionReadyEvent,
+                _m.ConnectionCheckedOutEvent, _m.ConnectionCheckedInEvent)
+            assert [type(e).__name__ for e in observed] == [
+                "ConnectionCreatedEvent", "PoolClearedEvent", "ConnectionClosedEvent",
+                "ConnectionCheckOutFailedEvent"]
+            assert observed[1].service_id is not None
+            assert observed[2].reason == "error"
+            assert observed[3].reason == "connectionError"
+            # Only that service was cleared: the pool never paused.
+            assert client.stats().state == "ready"
+            assert client.command("singleDB", {"insert": "singleColl",
+                                               "documents": [{"x": 2}]})["n"] == 1
