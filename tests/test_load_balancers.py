@@ -111,3 +111,44 @@ def test_load_balancers_sdam_error_handling_errors_during_authentication_are_pro
             assert client.stats().state == "ready"
             assert client.command("singleDB", {"insert": "singleColl",
                                                "documents": [{"x": 2}]})["n"] == 1
+
+
+@pytest.mark.timeout(30)
+def test_load_balanced_topology_events(lb_uri: str) -> None:
+    """The Load Balancer spec's SDAM sequence, exactly: no monitor, no heartbeats, the
+    pool ready at once, and nothing else at open or close."""
+    events = AllEvents()
+    client = Client(lb_uri, event_listeners=[events])
+    try:
+        assert client.topology.monitor is None
+        assert client.stats().state == "ready"
+        client.command("admin", {"ping": 1})
+    finally:
+        client.close()
+    sdam = events.of(_m.TopologyOpenedEvent, _m.TopologyDescriptionChangedEvent,
+                     _m.TopologyClosedEvent, _m.ServerOpeningEvent,
+                     _m.ServerDescriptionChangedEvent, _m.ServerClosedEvent,
+                     _m.ServerHeartbeatStartedEvent, _m.ServerHeartbeatSucceededEvent,
+                     _m.ServerHeartbeatFailedEvent)
+    described = [
+        (type(e).__name__,
+         getattr(e, "new_description", None) and (
+             e.new_description.topology_type_name
+             if isinstance(e, _m.TopologyDescriptionChangedEvent)
+             else e.new_description.server_type_name))
+        for e in sdam]
+    assert described == [
+        ("TopologyOpenedEvent", None),
+        ("TopologyDescriptionChangedEvent", "LoadBalanced"),
+        ("ServerOpeningEvent", None),
+        ("ServerDescriptionChangedEvent", "LoadBalancer"),
+        ("TopologyDescriptionChangedEvent", "LoadBalanced"),
+        ("ServerClosedEvent", None),
+        ("TopologyDescriptionChangedEvent", "Unknown"),
+        ("TopologyClosedEvent", None),
+    ]
+    opened = sdam[1].new_description.server_descriptions()
+    assert [s.server_type_name for s in opened.values()] == ["Unknown"]
+    assert [s.server_type_name for s in sdam[4].new_description.server_descriptions().values()
+            ] == ["LoadBalancer"]
+    assert sdam[6].new_description.server_descriptions() == {}
