@@ -138,7 +138,9 @@ def classify(error: BaseException, secrets: Sequence[str] = ()) -> Failure:
             message = message.replace(secret, "***")
     chain = list(_chain(error))
     text = " ".join(str(e) for e in chain)
-    if isinstance(error, ConfigurationError | _pymongo_errors.ConfigurationError):
+    if isinstance(error, ConfigurationError | _pymongo_errors.InvalidURI):
+        # Not PyMongo's own ConfigurationError: the handshake raises that for a
+        # server greenpool cannot work with, which is no fault of the URI.
         kind = "bad URI"
     elif isinstance(error, AuthenticationError) or (
         isinstance(error, _pymongo_errors.OperationFailure) and error.code == 18
