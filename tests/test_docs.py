@@ -65,13 +65,17 @@ def test_conformance_renders_outcomes(tmp_path: Path) -> None:
         '<testcase classname="tests.test_cmap_spec" name="test_cmap_unit[a]"/>'
         '<testcase classname="tests.test_cmap_spec" name="test_cmap_unit[b]">'
         '<skipped message="needs a *replica set*"/></testcase>'
+        '<testcase classname="tests.test_cmap_spec" name="test_cmap_unit[c]">'
+        '<skipped type="pytest.xfail" message="a known gap"/></testcase>'
         '<testcase classname="tests.test_uri" name="test_x"><failure message="boom"/>'
         "</testcase></testsuite></testsuites>")
     text = "\n".join(conformance.render(report))
     assert "- ``test_cmap_unit[a]``: **passed**" in text
     assert "- ``test_cmap_unit[b]``: **skipped**: needs a \\*replica set\\*" in text
     assert "- ``test_x``: **failed**: boom" in text
-    assert "     - 2\n     - 1\n     - 1\n     - 0" in text  # CMAP: 2 tests, 1 passed, 1 skip
+    assert "- ``test_cmap_unit[c]``: **expected failure**: a known gap" in text
+    # CMAP: 3 tests: 1 passed, 1 skipped, 1 expected failure, 0 failed.
+    assert "     - 3\n     - 1\n     - 1\n     - 1\n     - 0" in text
 
 
 def _public_members(cls: type) -> list[str]:
