@@ -121,10 +121,12 @@ class Client:
 
     @property
     def load_balanced(self) -> bool:
+        """Whether the URI says ``loadBalanced=true`` (no monitor; the pool is ready at once)."""
         return self.settings.load_balanced
 
     @property
     def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
         return self._closed
 
     def stats(self) -> PoolStats:

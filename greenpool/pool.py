@@ -67,6 +67,8 @@ T = TypeVar("T", bound=Transport)
 
 
 class ConnectionState(enum.Enum):
+    """Where a pooled connection is in its life: pending, available, in use, closed."""
+
     PENDING = "pending"
     AVAILABLE = "available"
     IN_USE = "in use"
@@ -117,6 +119,7 @@ class Connection(Generic[T]):
 
     @property
     def address(self) -> Address:
+        """The address of the pool this connection belongs to."""
         return self._pool.address
 
     @property
@@ -232,14 +235,17 @@ class Pool(Generic[T]):
 
     @property
     def state(self) -> PoolState:
+        """The pool's state: paused, ready or closed."""
         return self._state
 
     @property
     def generation(self) -> int:
+        """The pool's generation, incremented by every clear; older connections are stale."""
         return self._generation
 
     @property
     def closed(self) -> bool:
+        """Whether the pool was closed."""
         return self._state is PoolState.CLOSED
 
     def is_stale(self, conn: Connection[T]) -> bool:

@@ -25,6 +25,8 @@ __all__ = ["Action", "PoolState", "Transition", "transition"]
 
 
 class PoolState(enum.Enum):
+    """A pool's CMAP state: paused (no checkouts), ready, or closed."""
+
     PAUSED = "paused"
     READY = "ready"
     CLOSED = "closed"

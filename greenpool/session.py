@@ -42,6 +42,8 @@ _RETRY_COMMIT_WRITE_CONCERN = {"w": "majority", "wtimeout": 10_000}
 
 
 class TransactionState(enum.Enum):
+    """Where a session is in the Transactions spec's state machine."""
+
     NONE = "none"
     STARTING = "starting"
     IN_PROGRESS = "in progress"
@@ -69,6 +71,7 @@ class Session:
 
     @property
     def in_transaction(self) -> bool:
+        """Whether a transaction is starting or in progress."""
         return self.state in (TransactionState.STARTING, TransactionState.IN_PROGRESS)
 
     # -- the state machine ------------------------------------------------------

@@ -1,0 +1,32 @@
+"""``python -m greenpool COMMAND``: greenpool's command line.
+
+Commands:
+
+``check URI``
+    connect to MongoDB as greenpool would and report (see :mod:`greenpool.check`).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+USAGE = "usage: python -m greenpool check URI [--timeout SECONDS] (see --help)"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command in ``argv`` (``sys.argv[1:]`` by default); returns the exit status."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0 if args else 2
+    if args[0] == "check":
+        from greenpool.check import main as check
+
+        return check(args[1:])
+    print(f"greenpool: unknown command {args[0]!r}\n{USAGE}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,96 @@
+"""The distributions: ``python -m build`` makes a wheel and an sdist that install and run.
+
+The wheel goes into a fresh virtual environment (with its ``demo`` extra, from the package
+index pip is configured with), where greenpool imports, reports the version kept in
+``greenpool/_version.py``, and runs its demo against an embedded SecantusDB.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tarfile
+import venv
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from greenpool._version import __version__
+
+ROOT = Path(__file__).resolve().parents[1]
+_NOT_SOURCE = shutil.ignore_patterns(
+    ".git", ".venv*", "build", "dist", "_build", "*.egg-info", "__pycache__", ".*_cache")
+
+
+def _run(*args: str | Path, cwd: Path, timeout: float = 120) -> str:
+    result = subprocess.run([str(a) for a in args], cwd=cwd, capture_output=True, text=True,
+                            timeout=timeout)
+    assert result.returncode == 0, f"{args}:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    return result.stdout
+
+
+@pytest.fixture(scope="module")
+def dists(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    work = tmp_path_factory.mktemp("packaging")
+    source = work / "source"
+    shutil.copytree(ROOT, source, ignore=_NOT_SOURCE)
+    out = work / "dist"
+    _run(sys.executable, "-m", "build", "--outdir", out, source, cwd=work, timeout=180)
+    wheels = list(out.glob("*.whl"))
+    sdists = list(out.glob("*.tar.gz"))
+    assert len(wheels) == 1 and len(sdists) == 1, list(out.iterdir())
+    return wheels[0], sdists[0]
+
+
+def test_one_version_everywhere(dists: tuple[Path, Path]) -> None:
+    wheel, sdist = dists
+    assert wheel.name == f"greenpool-{__version__}-py3-none-any.whl"
+    assert sdist.name == f"greenpool-{__version__}.tar.gz"
+    release = __version__.split(".dev")[0]
+    assert f"\n{release} (" in (ROOT / "CHANGELOG.rst").read_text(), "no CHANGELOG entry"
+
+
+def test_sdist_contents(dists: tuple[Path, Path]) -> None:
+    _, sdist = dists
+    top = f"greenpool-{__version__}"
+    with tarfile.open(sdist) as archive:
+        names = set(archive.getnames())
+    for name in ("README.rst", "CHANGELOG.rst", "setup.cfg", "pyproject.toml",
+                 "greenpool/__init__.py", "greenpool/_version.py", "greenpool/py.typed",
+                 "greenpool/check.py", "docs/conf.py", "docs/index.rst"):
+        assert f"{top}/{name}" in names, name
+
+
+def test_wheel_contents(dists: tuple[Path, Path]) -> None:
+    wheel, _ = dists
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+        metadata = archive.read(f"greenpool-{__version__}.dist-info/METADATA").decode()
+    assert {"greenpool/__init__.py", "greenpool/py.typed", "greenpool/__main__.py"} <= names
+    assert not any(name.startswith(("tests/", "docs/")) for name in names)
+    assert "Requires-Dist: gevent" in metadata
+    assert "Provides-Extra: demo" in metadata
+
+
+def test_wheel_installs_and_runs(dists: tuple[Path, Path],
+                                 tmp_path: Path) -> None:
+    wheel, _ = dists
+    env = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=False).create(env)
+    python = env / "bin" / "python"
+    # This environment's pip installs into the fresh one (faster than bootstrapping pip there).
+    _run(sys.executable, "-m", "pip", "--python", python, "install", "--quiet",
+         f"{wheel}[demo]", cwd=tmp_path, timeout=180)
+    # Run from tmp_path so that the source tree is not on sys.path.
+    out = _run(python, "-c", "import greenpool; print(greenpool.__version__, greenpool.__file__)",
+               cwd=tmp_path)
+    version, location = out.split()
+    assert version == __version__
+    assert location.startswith(str(env))
+    out = _run(python, "-m", "greenpool.demo", "--greenlets", "20", "--operations", "2",
+               cwd=tmp_path)
+    assert "ConnectionCheckedOutEvent" in out
+    out = _run(python, "-m", "greenpool", "--help", cwd=tmp_path)
+    assert "python -m greenpool check URI" in out
