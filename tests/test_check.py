@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -120,3 +122,23 @@ def test_no_command(capsys: pytest.CaptureFixture[str]) -> None:
 
     assert greenpool_main(["frobnicate"]) == 2
     assert "unknown command 'frobnicate'" in capsys.readouterr().err
+
+
+def test_load_balanced(lb_uri: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, lb_uri)
+    assert code == 0, err
+    assert "serviceId: " in out
+    assert "pool: state ready" in out
+
+
+def test_a_server_that_never_answers(capsys: pytest.CaptureFixture[str]) -> None:
+    # The kernel completes the TCP handshake for a listening socket nobody
+    # accepts from, so the hello is sent and no reply ever comes.
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        port = silent.getsockname()[1]
+        started = time.monotonic()
+        code, _, err = run(capsys, f"mongodb://127.0.0.1:{port}/")
+    assert time.monotonic() - started < 10
+    assert_failure(code, err, "unreachable", f"127.0.0.1:{port}")
