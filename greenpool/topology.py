@@ -14,8 +14,11 @@ module applies the verdicts: it marks the server Unknown, clears the pool
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import time
+import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -250,6 +253,8 @@ class Monitor:
         self._alarm = Alarm()
         self._greenlet: gevent.Greenlet | None = None
         self._last_check = 0.0
+        self._pid = os.getpid()
+        _monitors.add(self)
 
     def start(self) -> None:
         self._greenlet = gevent.spawn(self._run)
@@ -268,6 +273,18 @@ class Monitor:
         if checker is not None:
             checker.close()
 
+    def _forget_parent_checker(self) -> None:
+        """Right after a fork, in the child: drop the monitoring connection
+        inherited from the parent without I/O on it (closing the inherited
+        descriptor sends nothing while the parent holds it). A check in
+        flight at the fork wakes with an error that :meth:`_check_once`
+        ignores; the next check opens the child's own connection."""
+        self._pid = os.getpid()
+        checker, self._checker = self._checker, None
+        if checker is not None:
+            with contextlib.suppress(Exception):
+                checker.close()
+
     def _run(self) -> None:
         frequency = self._topology._settings.heartbeat_frequency
         while True:
@@ -285,11 +302,14 @@ class Monitor:
         self._last_check = time.monotonic()
         topology._emit("started", _m.ServerHeartbeatStartedEvent(topology.address, False))
         started = time.monotonic()
+        pid = self._pid
         try:
             if self._checker is None:
                 self._checker = self._make_checker()
             reply, round_trip = self._checker.check()
         except Exception as error:
+            if self._pid != pid:
+                return None  # the process forked during the check: it was the parent's
             self.cancel_check()
             topology._emit("failed", _m.ServerHeartbeatFailedEvent(
                 time.monotonic() - started, error, topology.address, False))
@@ -300,3 +320,15 @@ class Monitor:
         topology.check_succeeded(reply, round_trip)
         return None
 
+
+# Fork safety: a forked child must never share its parent's monitoring
+# connection (both would send hellos and read each other's replies).
+_monitors: weakref.WeakSet[Monitor] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for monitor in list(_monitors):
+        monitor._forget_parent_checker()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
