@@ -1,7 +1,6 @@
 """greenpool against PyMongo under gevent, and against a no-pool floor.
 
-    .venv/bin/pip install -e '.[bench]'
-    .venv/bin/python benchmarks/bench.py [--quick] [--png waits.png] [--uri URI]
+    python3 tools/dev.py bench [--quick] [--png waits.png] [--uri URI]
 
 Starts its own SecantusDB on 127.0.0.1 (:class:`greenpool.embedded.EmbeddedServer`)
 unless ``--uri`` is given, and measures, side by side in one run:

@@ -1,15 +1,17 @@
 #!/usr/bin/env python3
-"""Set up greenpool's environment and run its jobs: ``demo`` or ``test``.
+"""Set up greenpool's environment and run its jobs: ``demo``, ``test``, ``bench``.
 
     python3 tools/dev.py demo    # the main job: a demo (see README.rst)
     python3 tools/dev.py test    # ruff, mypy --strict, the whole test suite
+    python3 tools/dev.py bench   # the benchmarks (not part of the tests); --quick
 
 Needs only Python 3.11+ with venv and pip. The virtual environment lives in
 ``.venv`` and is (re)installed when setup.cfg or pyproject.toml change; it
 gets the newest PyMongo that setup.cfg allows. ``test`` then runs the
 greenpool.pymongo tests again in ``.venv-pymongo-low``, with the lowest
 PyMongo setup.cfg allows pinned (installed the same way, on first need).
-Extra arguments after ``test`` go to pytest, and skip that second run.
+Extra arguments after ``test`` go to pytest, and skip that second run;
+after ``demo`` and ``bench``, to the demo and to benchmarks/bench.py.
 """
 
 from __future__ import annotations
@@ -38,12 +40,13 @@ def run(*args: str | Path, env: dict[str, str] | None = None) -> None:
         sys.exit(result.returncode)
 
 
-def setup(where: Path = VENV, *pins: str) -> Path:
-    """Create ``where`` and install greenpool with its test extra (and
-    ``pins``), if not done for the current setup.cfg and pyproject.toml.
+def setup(where: Path = VENV, *pins: str, extras: str = "test") -> Path:
+    """Create ``where`` and install greenpool with ``extras`` (and ``pins``),
+    if not done for the current setup.cfg and pyproject.toml.
     Returns the environment's python."""
     python = where / "bin" / "python"
-    stamp = where / ".greenpool-installed"
+    suffix = "" if extras == "test" else "-" + extras.replace(",", "-")
+    stamp = where / f".greenpool-installed{suffix}"
     wanted = hashlib.sha256(
         b"".join((ROOT / name).read_bytes() for name in ("setup.cfg", "pyproject.toml"))
         + " ".join(pins).encode()
@@ -54,7 +57,7 @@ def setup(where: Path = VENV, *pins: str) -> Path:
         print(f"creating {where}", flush=True)
         venv.EnvBuilder(with_pip=True).create(where)
     run(python, "-m", "pip", "install", "--quiet", "--upgrade", "pip")
-    run(python, "-m", "pip", "install", "--quiet", "-e", ".[test]", *pins)
+    run(python, "-m", "pip", "install", "--quiet", "-e", f".[{extras}]", *pins)
     stamp.write_text(wanted)
     return python
 
@@ -88,7 +91,12 @@ def test(args: list[str]) -> None:
     run(low_python, "-m", "pytest", *ADAPTER_TESTS, env=env)
 
 
-JOBS = {"demo": demo, "test": test}
+def bench(args: list[str]) -> None:
+    python = setup(VENV, extras="test,bench")  # matplotlib for the plot
+    run(python, "benchmarks/bench.py", *args)
+
+
+JOBS = {"bench": bench, "demo": demo, "test": test}
 
 
 def main() -> None:
