@@ -51,3 +51,34 @@ def test_demo_refuses_bad_sizes() -> None:
 ])
 def test_example(script: str, expected: str, mongodb_uri: str) -> None:
     assert expected in run(str(ROOT / "examples" / script), mongodb_uri)
+
+
+def test_wsgi_server_example(mongodb_uri: str) -> None:
+    """examples/wsgi_server.py serves concurrent requests through a small pool."""
+    import json
+    import urllib.request
+
+    import gevent
+
+    server = subprocess.Popen(
+        [sys.executable, str(ROOT / "examples" / "wsgi_server.py"), mongodb_uri, "0"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout is not None
+        line = server.stdout.readline()
+        assert line.startswith("serving on http://127.0.0.1:"), line + server.stderr.read()
+        url = line.split()[-1]
+
+        def get() -> dict[str, object]:
+            with urllib.request.urlopen(url, timeout=30) as response:
+                return json.loads(response.read())  # type: ignore[no-any-return]
+
+        requests = [gevent.spawn(get) for _ in range(40)]
+        gevent.joinall(requests, timeout=60, raise_error=True)
+        answers = [g.value for g in requests]
+        assert len(answers) == 40
+        assert all(a["pool"]["total"] <= 4 for a in answers)  # type: ignore[index]
+        assert max(a["visits"] for a in answers) >= 40  # type: ignore[type-var]
+    finally:
+        server.terminate()
+        server.wait(10)
