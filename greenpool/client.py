@@ -106,6 +106,7 @@ class Client:
         # Idle implicit server sessions, most recently used last: (lsid, last use).
         self._server_sessions: list[tuple[dict[str, Any], float]] = []
         self._closed = False
+        self._closing = False
         self.pool: Pool[Link] = Pool(
             self.address, settings.pool, connector=make_connector(self._link_options),
             listeners=pool_listeners, on_establish_error=self._on_establish_error)
@@ -169,7 +170,9 @@ class Client:
                 dirty = True
                 raise
             finally:
-                self._give_lsid(lsid, dirty)
+                # A kill mid-command breaks the connection: the server may
+                # still run the command in this session, so never reuse it.
+                self._give_lsid(lsid, dirty or conn.error is not None)
         finally:
             self.pool.checkin(conn)
 
@@ -184,6 +187,7 @@ class Client:
         first batch's size in the command itself.
         """
         _check_batch_size(batch_size)
+        self._check_session(session)
         return Cursor(self, dbname, self._prepare(dbname, command, None),
                       batch_size=batch_size, session=session)
 
@@ -215,20 +219,26 @@ class Client:
         """End sessions (aborting their transactions), close cursors, stop the
         monitor, close the pool. Idempotent; operations afterwards raise
         :class:`~pymongo.errors.InvalidOperation`."""
-        if self._closed:
+        if self._closed or self._closing:
             return
-        for cursor in list(self._cursors):
-            # A cursor busy in another greenlet keeps its connection until
-            # then; the closed pool closes it at checkin.
-            with contextlib.suppress(InvalidOperation):
-                cursor.close()
-        for session in list(self._sessions):
-            with contextlib.suppress(PyMongoError):
-                session.end()
-        self._end_server_sessions()
-        self._closed = True
-        self.topology.close()
-        self.pool.close()
+        # New work is refused from here on; the teardown below always runs,
+        # whatever the best-effort goodbyes raise (a kill included).
+        self._closing = True
+        try:
+            for cursor in list(self._cursors):
+                # A cursor busy in another greenlet keeps its connection
+                # until then; the closed pool closes it at checkin.
+                with contextlib.suppress(Exception):
+                    cursor.close()
+            for session in list(self._sessions):
+                with contextlib.suppress(Exception):
+                    session.end()
+            with contextlib.suppress(Exception):
+                self._end_server_sessions()
+        finally:
+            self._closed = True
+            self.topology.close()
+            self.pool.close()
 
     def __enter__(self) -> Client:
         return self
@@ -246,18 +256,25 @@ class Client:
 
     @contextlib.contextmanager
     def _lease(self, session: Session | None, purpose: Purpose,
-               keep: Callable[[Connection[Link]], bool] | None = None,
+               keep: Callable[[Connection[Link]], bool] | None = None, name: str = "",
                ) -> Iterator[Connection[Link]]:
         """A connection for one operation: a transaction's pinned one, or one
         checked out now and checked in afterwards. In load-balanced mode a
         transaction's first command pins its connection to the session;
         ``keep(conn)``, called after a successful operation, may pin it to
-        something else (a cursor) by returning True."""
+        something else (a cursor) by returning True. ``name`` is the
+        command's, for the labels of a failed checkout in a transaction."""
         if session is not None and session.pinned is not None:
             yield session.pinned
             return
-        conn = self._checkout(Purpose.TRANSACTION
-                              if session is not None and session.in_transaction else purpose)
+        in_transaction = session is not None and session.in_transaction
+        try:
+            conn = self._checkout(Purpose.TRANSACTION if in_transaction else purpose)
+        except PyMongoError as error:
+            # No connection (selection, wait queue, cleared pool): inside a
+            # transaction that is as transient as a network error.
+            self._transaction_error(session, name, error)
+            raise
         pinned = False
         try:
             yield conn
@@ -275,8 +292,11 @@ class Client:
                 self.pool.checkin(conn)
 
     def _checkout(self, purpose: Purpose) -> Connection[Link]:
-        self._check_open()
-        self.topology.select()
+        if self._closed:
+            raise InvalidOperation("the greenpool Client is closed")
+        # While closing, goodbyes (killCursors, abort, endSessions) never
+        # wait for an unreachable server.
+        self.topology.select(0 if self._closing else None)
         conn = self.pool.checkout()
         conn.purpose = purpose
         return conn
@@ -307,9 +327,8 @@ class Client:
                 f"command must be a non-empty document whose first key is the command's "
                 f"name, not {command!r}")
         document = dict(command)
+        self._check_session(session)
         if session is not None:
-            if session._client is not self:
-                raise InvalidOperation("the session was started by another client")
             session.decorate(document)
         return document
 
@@ -322,6 +341,8 @@ class Client:
         request_id = next_request_id()
         events = self._commands
         service_id, server_id = conn.service_id, link.server_connection_id
+        if session is not None:
+            session.sending(command)
         if events.listeners:
             events.started(command, dbname, request_id, self.address, service_id, server_id)
         started = time.perf_counter()
@@ -351,8 +372,9 @@ class Client:
 
     def _run_in_session(self, session: Session, dbname: str, command: dict[str, Any]) -> None:
         """Run a command a session built itself (commit, abort)."""
-        self._check_open()
-        with self._lease(session, Purpose.TRANSACTION) as conn:
+        if self._closed:
+            raise InvalidOperation("the greenpool Client is closed")
+        with self._lease(session, Purpose.TRANSACTION, name=next(iter(command))) as conn:
             self._send(conn, dbname, command, session)
 
     # -- internals: implicit sessions (Sessions spec) ---------------------------------------
@@ -400,8 +422,12 @@ class Client:
                 self._send(conn, "admin", {"endSessions": batch}, None)
 
     def _check_open(self) -> None:
-        if self._closed:
+        if self._closed or self._closing:
             raise InvalidOperation("the greenpool Client is closed")
+
+    def _check_session(self, session: Session | None) -> None:
+        if session is not None and session._client is not self:
+            raise InvalidOperation("the session was started by another client")
 
 
 def establish_error_handler(topology: Topology) -> ErrorHandler[Any]:

@@ -31,7 +31,7 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import gevent
-from pymongo.errors import ConnectionFailure, InvalidOperation, PyMongoError
+from pymongo.errors import ConnectionFailure, InvalidOperation, OperationFailure, PyMongoError
 
 from greenpool.pool import Connection, Purpose
 
@@ -65,11 +65,11 @@ class Cursor:
         #: The implicit session's lsid (no explicit session): False before
         #: the first command asks for one, None if the server has none.
         self._lsid: dict[str, Any] | bool | None = False
+        #: Whether a command of this cursor failed other than by the server's
+        #: refusal (network error, kill): its implicit session is not reused.
+        self._lsid_dirty = False
         try:
             self._round_trip(command, "firstBatch")
-        except ConnectionFailure:
-            self._end_implicit_session(dirty=True)
-            raise
         except BaseException:
             self._end_implicit_session()
             raise
@@ -137,10 +137,13 @@ class Cursor:
         if self._closed or (self._id == 0 and self._conn is None):
             return
         conn, self._conn = self._conn, None
+        implicit = self._session is None and isinstance(self._lsid, dict)
         lsid = self._session.lsid if self._session is not None else self._lsid
-        if not self._client.closed:
+        if conn is not None or not self._client.closed:
+            # Even for a closed client: the pinned connection must be checked in.
             gevent.spawn(_reap, self._client, self._db, self._collection, self._id, conn,
-                         lsid if isinstance(lsid, dict) else None)
+                         lsid if isinstance(lsid, dict) else None,
+                         implicit and not self._lsid_dirty)
 
     def __repr__(self) -> str:
         return (f"<greenpool.Cursor {self._db}.{self._collection} id={self._id}"
@@ -174,7 +177,7 @@ class Cursor:
             # The server cursor is unreachable now: close must not try to
             # kill it, and a pinned connection stays pinned until close.
             self._id = 0
-            self._end_implicit_session(dirty=True)
+            self._end_implicit_session()
             raise
         if self._id == 0:
             self._release()
@@ -193,6 +196,15 @@ class Cursor:
     def _round_trip(self, command: dict[str, Any], batch: str | None = None) -> None:
         """Send ``command``; read the reply's ``batch`` (firstBatch,
         nextBatch) before the connection is released or kept for pinning."""
+        try:
+            self._send(command, batch)
+        except OperationFailure:
+            raise  # the server answered: the session is fine
+        except BaseException:
+            self._lsid_dirty = True
+            raise
+
+    def _send(self, command: dict[str, Any], batch: str | None) -> None:
         client, session = self._client, self._session
         if session is not None:
             session.decorate(command)
@@ -218,10 +230,10 @@ class Cursor:
         if isinstance(self._lsid, dict):
             command["lsid"] = self._lsid
 
-    def _end_implicit_session(self, dirty: bool = False) -> None:
+    def _end_implicit_session(self) -> None:
         lsid, self._lsid = self._lsid, None
         if isinstance(lsid, dict):
-            self._client._give_lsid(lsid, dirty)
+            self._client._give_lsid(lsid, self._lsid_dirty)
 
     def _keep(self, conn: Connection[Link]) -> bool:
         """Pin ``conn`` (in load-balanced mode, while the server cursor lives)."""
@@ -237,20 +249,29 @@ class Cursor:
 
 
 def _reap(client: Client, db: str, collection: str, cursor_id: int,
-          conn: Connection[Link] | None, lsid: dict[str, Any] | None) -> None:
-    """Close an abandoned cursor: killCursors (in the cursor's session, whose
-    implicit lsid is not reused), then check its connection in."""
+          conn: Connection[Link] | None, lsid: dict[str, Any] | None,
+          give_back_lsid: bool) -> None:
+    """Close an abandoned cursor: killCursors in the cursor's session (its
+    implicit lsid, if any, goes back to the pool afterwards), then check its
+    connection in."""
     command: dict[str, Any] = {"killCursors": collection, "cursors": [cursor_id]}
+    if lsid is not None:
+        command["lsid"] = lsid
+    dirty = False
     try:
         if cursor_id and not client.closed and (conn is None or conn.error is None):
-            with contextlib.suppress(PyMongoError):
-                if lsid is not None:
-                    command["lsid"] = lsid
+            try:
                 if conn is not None:
                     client._send(conn, db, command, None)
                 else:
                     with client._lease(None, Purpose.CURSOR) as leased:
                         client._send(leased, db, command, None)
+            except ConnectionFailure:
+                dirty = True
+            except PyMongoError:
+                pass  # the server reaps abandoned cursors anyway
     finally:
         if conn is not None:
             client._release_pinned(conn)
+        if give_back_lsid and lsid is not None:
+            client._give_lsid(lsid, dirty)

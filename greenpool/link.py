@@ -258,6 +258,11 @@ class Link:
         return self._closed
 
     @property
+    def busy(self) -> bool:
+        """A request is in flight (another greenlet may be waiting on it)."""
+        return self._busy
+
+    @property
     def hello(self) -> Mapping[str, Any] | None:
         """The handshake's reply, or None before the handshake."""
         return self._hello

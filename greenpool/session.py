@@ -87,20 +87,28 @@ class Session:
         self._commit_attempts = 0
 
     def decorate(self, command: MutableMapping[str, Any]) -> None:
-        """Add what this session and its transaction require to ``command``."""
+        """Add what this session and its transaction require to ``command``,
+        before a connection is chosen for it (see :meth:`sending`)."""
         self._check_not_ended()
         command["lsid"] = self.lsid
         if self.in_transaction:
             command["txnNumber"] = self.txn_number
             command["autocommit"] = False
-            if self.state is TransactionState.STARTING:
-                command["startTransaction"] = True
-                self.state = TransactionState.IN_PROGRESS
         elif self.state in (TransactionState.COMMITTED, TransactionState.COMMITTED_EMPTY,
                             TransactionState.ABORTED):
             # An operation after a finished transaction starts afresh (spec).
             self.state = TransactionState.NONE
             self._unpin()
+
+    def sending(self, command: MutableMapping[str, Any]) -> None:
+        """``command`` is about to go out: the transaction's first command
+        carries ``startTransaction``. Done at the last moment, so that a
+        command that never left (no connection, a kill in the wait) leaves
+        the transaction still to be started."""
+        if (self.state is TransactionState.STARTING
+                and command.get("txnNumber") == self.txn_number):
+            command["startTransaction"] = True
+            self.state = TransactionState.IN_PROGRESS
 
     def commit_transaction(self) -> None:
         """Commit; a commit of a transaction that ran nothing sends nothing."""
@@ -138,11 +146,14 @@ class Session:
             raise InvalidOperation("Cannot call abortTransaction after calling commitTransaction")
         if state is TransactionState.ABORTED:
             raise InvalidOperation("Cannot call abortTransaction twice")
+        self._check_pin_idle()
         self.state = TransactionState.ABORTED
-        if state is TransactionState.IN_PROGRESS:
-            with contextlib.suppress(PyMongoError):
-                self._run_finishing({"abortTransaction": 1})
-        self._unpin()
+        try:
+            if state is TransactionState.IN_PROGRESS:
+                with contextlib.suppress(PyMongoError):
+                    self._run_finishing({"abortTransaction": 1})
+        finally:
+            self._unpin()  # even after a kill mid-abort: the link is broken then
 
     def forget_pin_after(self, error: PyMongoError) -> None:
         """Unpin after a transient error: the transaction will be retried,
@@ -189,8 +200,10 @@ class Session:
         if self.ended:
             return
         if self.in_transaction:
-            self.abort_transaction()
-        self._unpin()
+            self.abort_transaction()  # unpins, even if killed
+        else:
+            self._check_pin_idle()
+            self._unpin()
         self.ended = True
         self._client._session_ended(self)
 
@@ -226,6 +239,15 @@ class Session:
         pinned, self.pinned = self.pinned, None
         if pinned is not None:
             self._client._release_pinned(pinned)
+
+    def _check_pin_idle(self) -> None:
+        """Refuse to finish a transaction whose pinned connection is carrying
+        another greenlet's command: unpinning would hand it back in use."""
+        pinned = self.pinned
+        if pinned is not None and pinned.transport is not None and pinned.transport.busy:
+            raise InvalidOperation(
+                "the transaction's connection is in use by another greenlet; a session "
+                "serves one greenlet at a time")
 
     def _check_not_ended(self) -> None:
         if self.ended:

@@ -154,6 +154,8 @@ class Topology:
 
     def check_succeeded(self, reply: dict[str, Any], round_trip: float) -> None:
         """A monitor check succeeded: describe the server, resume the pool."""
+        if self._closed:
+            return
         self._change_server(ServerDescription(self.address, Hello(reply), round_trip))
         self.pool.ready()
         self._known.deliver_all(True)
@@ -161,6 +163,8 @@ class Topology:
     def check_failed(self, error: Exception) -> None:
         """A monitor check failed: Unknown, and the pool cleared (and
         in-use connections interrupted if the check timed out)."""
+        if self._closed:
+            return
         self._apply(check_failed(error), error, service_id=None)
 
     def handle_error(self, error: Exception, phase: Phase,
@@ -254,12 +258,17 @@ class Monitor:
         self._greenlet: gevent.Greenlet | None = None
         self._last_check = 0.0
         self._pid = os.getpid()
+        # Bumped whenever the check in flight no longer counts: cancelled,
+        # the process forked, the monitor stopped.
+        self._epoch = 0
+        self._stopped = False
         _monitors.add(self)
 
     def start(self) -> None:
         self._greenlet = gevent.spawn(self._run)
 
     def stop(self) -> None:
+        self._stopped = True  # also when called from the monitor's own greenlet
         greenlet, self._greenlet = self._greenlet, None
         if greenlet is not None and greenlet is not gevent.getcurrent():
             greenlet.kill(block=False)
@@ -269,6 +278,9 @@ class Monitor:
         self._alarm.ring()
 
     def cancel_check(self) -> None:
+        """Close the monitoring connection; a check in flight is dropped,
+        not reported as a failure (it was cancelled, not the server's doing)."""
+        self._epoch += 1
         checker, self._checker = self._checker, None
         if checker is not None:
             checker.close()
@@ -280,6 +292,7 @@ class Monitor:
         flight at the fork wakes with an error that :meth:`_check_once`
         ignores; the next check opens the child's own connection."""
         self._pid = os.getpid()
+        self._epoch += 1
         checker, self._checker = self._checker, None
         if checker is not None:
             with contextlib.suppress(Exception):
@@ -287,10 +300,10 @@ class Monitor:
 
     def _run(self) -> None:
         frequency = self._topology._settings.heartbeat_frequency
-        while True:
+        while not self._stopped:
             was_known = self._topology.server.is_server_type_known
             failed = self._check_once()
-            if isinstance(failed, ConnectionFailure) and was_known:
+            if isinstance(failed, ConnectionFailure) and was_known and not self._stopped:
                 self._check_once()  # a network error on a known server: retry at once (SDAM)
             self._alarm.sleep(frequency)
             # Requested checks may come early, but not more often than 500 ms.
@@ -302,19 +315,27 @@ class Monitor:
         self._last_check = time.monotonic()
         topology._emit("started", _m.ServerHeartbeatStartedEvent(topology.address, False))
         started = time.monotonic()
-        pid = self._pid
+        epoch = self._epoch
+        checker = self._checker
         try:
-            if self._checker is None:
-                self._checker = self._make_checker()
-            reply, round_trip = self._checker.check()
+            if checker is None:
+                checker = self._checker = self._make_checker()
+            reply, round_trip = checker.check()
         except Exception as error:
-            if self._pid != pid:
-                return None  # the process forked during the check: it was the parent's
+            if self._epoch != epoch:
+                return None  # cancelled, forked or stopped meanwhile: not the server's doing
             self.cancel_check()
             topology._emit("failed", _m.ServerHeartbeatFailedEvent(
                 time.monotonic() - started, error, topology.address, False))
             topology.check_failed(error)
             return error
+        if self._epoch != epoch:
+            # Cancelled while connecting, or forked: this reply may be another
+            # process's, and this checker is no longer the monitor's.
+            if checker is not self._checker:
+                with contextlib.suppress(Exception):
+                    checker.close()
+            return None
         topology._emit("succeeded", _m.ServerHeartbeatSucceededEvent(
             round_trip, Hello(reply), topology.address, False))
         topology.check_succeeded(reply, round_trip)

@@ -493,3 +493,90 @@ def test_a_network_error_discards_the_implicit_session(
     client.command("admin", {"ping": 1})
     first, dirty, after = lsids_of(events, "ping")
     assert first == dirty and after != dirty
+
+
+def test_a_kill_mid_command_discards_the_implicit_session(
+        client: Client, mongodb_uri: str, app_name: str, events: AllEvents) -> None:
+    client.command("admin", {"ping": 1})
+    with failpoint(mongodb_uri, fail(app_name, ["ping"], blockConnection=True,
+                                     blockTimeMS=1000)):
+        with pytest.raises(gevent.Timeout), gevent.Timeout(0.2):
+            client.command("admin", {"ping": 1})
+        client.command("admin", {"ping": 1})
+    first, killed, after = lsids_of(events, "ping")
+    assert first == killed and after != killed
+
+
+# -- transactions and the pool --------------------------------------------------------------
+
+
+def test_no_connection_in_a_transaction_is_transient_and_starts_nothing(
+        mongodb_uri: str, events: AllEvents) -> None:
+    uri = with_options(mongodb_uri, maxPoolSize=1, waitQueueTimeoutMS=50)
+    with Client(uri, event_listeners=[events]) as client, client.start_session() as session:
+        coll = unique("txn_wait")
+        client.command("test", {"create": coll})
+        held = client.pool.checkout()
+        session.start_transaction()
+        with pytest.raises(greenpool.WaitQueueTimeoutError) as timed_out:
+            client.command("test", {"insert": coll, "documents": [{}]}, session=session)
+        assert timed_out.value.has_error_label("TransientTransactionError")
+        assert session.state is greenpool.TransactionState.STARTING
+        client.pool.checkin(held)
+        client.command("test", {"insert": coll, "documents": [{}]}, session=session)
+        session.commit_transaction()
+        inserts = [e.command for e in events.of(_m.CommandStartedEvent)
+                   if e.command_name == "insert"]
+        assert len(inserts) == 1 and inserts[0]["startTransaction"] is True
+
+
+# -- closing when things go wrong ------------------------------------------------------------
+
+
+def test_close_does_not_wait_for_an_unreachable_server(app_name: str) -> None:
+    with ServerProcess() as server:
+        uri = with_options(server.uri, appName=app_name, serverSelectionTimeoutMS=5000)
+        client = Client(uri)
+        coll = unique("gone")
+        client.command("test", {"insert": coll, "documents": [{}, {}, {}]})
+        cursors = [client.find("test", coll, {}, batch_size=1) for _ in range(3)]
+        session = client.start_session()
+        session.start_transaction()
+        client.command("test", {"insert": coll, "documents": [{}]}, session=session)
+        server.kill()
+        with pytest.raises(AutoReconnect):
+            client.command("admin", {"ping": 1})  # the server is Unknown now
+        started = time.monotonic()
+        client.close()
+        assert time.monotonic() - started < 1.0
+        assert client.closed and session.ended and not any(c.alive for c in cursors)
+        assert client.stats().state == "closed"
+
+
+def test_close_from_a_listener_stops_the_monitor(mongodb_uri: str) -> None:
+    class CloseOnHeartbeat(_m.ServerHeartbeatListener):
+        client: Client | None = None
+        beats = 0
+
+        def started(self, event: Any) -> None:
+            pass
+
+        def succeeded(self, event: Any) -> None:
+            self.beats += 1
+            if self.client is not None and self.beats == 2:
+                self.client.close()  # in the monitor's own greenlet
+
+        def failed(self, event: Any) -> None:
+            pass
+
+    listener = CloseOnHeartbeat()
+    client = Client(with_options(mongodb_uri, heartbeatFrequencyMS=500),
+                    event_listeners=[listener])
+    listener.client = client
+    deadline = time.monotonic() + 10
+    while not client.closed:
+        assert time.monotonic() < deadline, "the listener never closed the client"
+        gevent.sleep(0.05)
+    beats = listener.beats
+    gevent.sleep(1.5)
+    assert listener.beats == beats
