@@ -350,8 +350,8 @@ class Client:
             reply = link.command(dbname, command, request_id=request_id)
         except PyMongoError as error:
             if events.listeners:
-                events.failed(time.perf_counter() - started, error, name, dbname, request_id,
-                              self.address, service_id, server_id)
+                events.failed(time.perf_counter() - started, error, command, dbname,
+                              request_id, self.address, service_id, server_id)
             self.topology.handle_error(error, Phase.OPERATION, conn)
             self._transaction_error(session, name, error)
             raise

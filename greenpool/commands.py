@@ -69,10 +69,11 @@ class CommandPublisher:
             request_id, service_id=service_id, database_name=db,
             server_connection_id=server_connection_id))
 
-    def failed(self, seconds: float, error: BaseException, name: str, db: str,
-               request_id: int, address: Address, service_id: ObjectId | None,
+    def failed(self, seconds: float, error: BaseException, command: Mapping[str, Any],
+               db: str, request_id: int, address: Address, service_id: ObjectId | None,
                server_connection_id: int | None) -> None:
-        failure = {} if name.lower() in SENSITIVE_COMMANDS else failure_document(error)
+        name = next(iter(command))
+        failure = {} if is_sensitive(name, command) else failure_document(error)
         self._emit("failed", _m.CommandFailedEvent(
             datetime.timedelta(seconds=seconds), failure, name, request_id, address,
             request_id, service_id=service_id, database_name=db,
