@@ -153,7 +153,7 @@ class Client:
         """
         document = self._prepare(dbname, command, session)
         if session is not None:
-            with self._lease(session, Purpose.OTHER) as conn:
+            with self._lease(session, Purpose.OTHER, name=next(iter(document))) as conn:
                 return self._send(conn, dbname, document, session)
         # The hot path, without a session: plain try/finally rather than
         # context managers, which cost a few microseconds per command.
