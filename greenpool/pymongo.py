@@ -82,6 +82,7 @@ import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn, TypeAlias
 
+import gevent
 import gevent.monkey
 import pymongo as _pymongo
 
@@ -510,9 +511,11 @@ class KillSafeCondition(threading.Condition):
     The stock ``wait()`` re-acquires the lock in a ``finally``; under gevent
     that acquire can block, and a kill landing there propagates without the
     lock. This ``wait()`` re-acquires whatever happens, then re-raises the
-    first kill. A notification delivered to a waiter that is then killed is
-    lost, so it suits broadcast use (PyMongo's topology calls ``notify_all``),
-    not a FIFO queue.
+    first kill; a second one that lands while it re-acquires (its own
+    timeout firing, then a ``GreenletExit``, say) is thrown into the greenlet
+    again at its next yield, so no kill is ever lost. A notification
+    delivered to a waiter that is then killed is lost, so it suits broadcast
+    use (PyMongo's topology calls ``notify_all``), not a FIFO queue.
     """
 
     _is_owned: Callable[[], bool]
@@ -539,6 +542,7 @@ class KillSafeCondition(threading.Condition):
                 gotit = waiter.acquire(False)
         except BaseException as error:
             pending = error
+        later: list[BaseException] = []
         while True:
             try:
                 self._acquire_restore(saved_state)
@@ -546,12 +550,26 @@ class KillSafeCondition(threading.Condition):
             except BaseException as error:
                 if pending is None:
                     pending = error
+                else:
+                    later.append(error)
         if not gotit:
             with contextlib.suppress(ValueError):
                 self._waiters.remove(waiter)
+        for kill in later:
+            _throw_later(gevent.getcurrent(), kill)
         if pending is not None:
             raise pending
         return gotit
+
+
+def _throw_later(glet: Any, error: BaseException) -> None:
+    """Throw ``error`` into ``glet`` at its next yield, as a kill would be."""
+
+    def throw() -> None:
+        if not glet.dead:
+            glet.throw(error)
+
+    gevent.get_hub().loop.run_callback(throw)
 
 
 class MongoClient(_pymongo.MongoClient[_DocumentType]):

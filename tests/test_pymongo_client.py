@@ -332,6 +332,7 @@ def test_kills_during_checkin_and_server_selection_leak_nothing(mongodb_uri: str
                     raise
 
         workers = [gevent.spawn(worker) for _ in range(60)]
+        spawned = list(workers)  # the victims too: none may survive its kill
         kills = in_checkin = 0
         deadline = time.monotonic() + 3
         while time.monotonic() < deadline:
@@ -341,12 +342,15 @@ def test_kills_during_checkin_and_server_selection_leak_nothing(mongodb_uri: str
             if victim in workers:
                 in_checkin += victim in listener.inside
                 victim.kill(rng.choice((gevent.GreenletExit, gevent.Timeout())), block=False)
-                workers[workers.index(victim)] = gevent.spawn(worker)
+                replacement = gevent.spawn(worker)
+                workers[workers.index(victim)] = replacement
+                spawned.append(replacement)
                 kills += 1
             if rng.random() < 0.004:
                 pool.reset()
         gevent.killall(workers, timeout=10)
-        assert all(worker.dead for worker in workers)
+        gevent.joinall(spawned, timeout=10)
+        assert all(worker.dead for worker in spawned), "a killed worker lived on"
         assert kills > 300 and in_checkin > 10, (kills, in_checkin)
         assert unexpected == []
         after_storm = {**pool_counters(pool), "idle": len(pool.conns), "kills": kills,

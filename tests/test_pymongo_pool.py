@@ -289,6 +289,39 @@ def test_kill_while_reacquiring_leaves_the_lock_consistent() -> None:
     lock.release()
 
 
+def test_a_kill_during_reacquiring_after_a_timeout_is_not_lost() -> None:
+    """The waiter's own gevent.Timeout fires; while it re-acquires the lock a
+    GreenletExit arrives. wait() raises the Timeout (the first), and the kill
+    still lands at the waiter's next yield: a killed greenlet never lives on."""
+    lock = gevent.lock.RLock()
+    condition = KillSafeCondition(lock)
+    log: list[str] = []
+
+    def waiter() -> None:
+        own = gevent.Timeout(0.01)
+        try:
+            with own, condition:
+                condition.wait()
+        except gevent.Timeout as fired:
+            log.append(f"own timeout: {fired is own}")
+        while True:  # a worker that carries on after its own timeout
+            gevent.sleep(0.001)
+
+    def holder() -> None:
+        with lock:
+            gevent.sleep(0.05)  # the waiter's timeout fires; it blocks re-acquiring
+
+    waiting = gevent.spawn(waiter)
+    gevent.sleep(0.001)
+    holding = gevent.spawn(holder)
+    gevent.sleep(0.03)
+    waiting.kill(block=False)  # lands while the waiter re-acquires
+    gevent.joinall([waiting, holding], timeout=5)
+    assert waiting.dead, "the kill was swallowed: the greenlet lives on"
+    assert isinstance(waiting.exception, type(None))  # GreenletExit ends it quietly
+    assert log == ["own timeout: True"]
+
+
 def test_kill_safe_condition_still_notifies() -> None:
     condition = KillSafeCondition(gevent.lock.RLock())
     woken: list[bool] = []
