@@ -52,15 +52,15 @@ from greenpool.auth import Credentials as LinkCredentials
 from greenpool.commands import CommandPublisher
 from greenpool.cursor import Cursor
 from greenpool.errors import ConfigurationError
-from greenpool.link import Link, LinkOptions, connect, handshake_completed, make_connector
-from greenpool.pool import Connection, ErrorHandler, Pool, PoolStats, Purpose
+from greenpool.link import Link, LinkOptions, connect, make_connector
+from greenpool.pool import Connection, Pool, PoolStats, Purpose
 from greenpool.sdam import Phase
 from greenpool.session import Session
 from greenpool.topology import Topology
 from greenpool.uri import ClientSettings, parse_uri
 from greenpool.wire import next_request_id
 
-__all__ = ["Client", "establish_error_handler"]
+__all__ = ["Client"]
 
 _LISTENER_TYPES = (
     _m.CommandListener, _m.ConnectionPoolListener, _m.ServerListener,
@@ -109,13 +109,14 @@ class Client:
         self._closing = False
         self.pool: Pool[Link] = Pool(
             self.address, settings.pool, connector=make_connector(self._link_options),
-            listeners=pool_listeners, on_establish_error=self._on_establish_error)
+            listeners=pool_listeners,
+            on_establish_error=lambda error, conn: self.topology.handle_establish_error(
+                error, conn))
         self.topology = Topology(
             self.address, self.pool, load_balanced=settings.load_balanced,
             heartbeat_frequency=settings.heartbeat_frequency,
             server_selection_timeout=settings.server_selection_timeout,
             listeners=listeners)
-        self._on_establish_error_handler = establish_error_handler(self.topology)
         monitor_options = _monitor_link_options(self._link_options)
         self.topology.open(None if settings.load_balanced
                            else lambda: _LinkChecker(self.address, monitor_options))
@@ -312,9 +313,6 @@ class Client:
         """Check in a connection a session or a cursor was pinned to."""
         self.pool.checkin(conn)
 
-    def _on_establish_error(self, error: Exception, conn: Connection[Link]) -> None:
-        self._on_establish_error_handler(error, conn)
-
     # -- internals: commands --------------------------------------------------------------
 
     def _prepare(self, dbname: str, command: Mapping[str, Any],
@@ -428,19 +426,6 @@ class Client:
     def _check_session(self, session: Session | None) -> None:
         if session is not None and session._client is not self:
             raise InvalidOperation("the session was started by another client")
-
-
-def establish_error_handler(topology: Topology) -> ErrorHandler[Any]:
-    """The pool's ``on_establish_error`` handler: SDAM's rules for an error
-    while establishing a connection. Errors up to and including the hello
-    are the CONNECT phase (the Load Balancer spec ignores them); errors after
-    it (authentication) are the AUTHENTICATE phase."""
-
-    def handle(error: Exception, conn: Connection[Any]) -> None:
-        phase = Phase.AUTHENTICATE if handshake_completed(error) else Phase.CONNECT
-        topology.handle_error(error, phase, conn)
-
-    return handle
 
 
 class _LinkChecker:

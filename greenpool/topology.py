@@ -32,6 +32,7 @@ from pymongo.server_description import ServerDescription
 from pymongo.topology_description import TOPOLOGY_TYPE, TopologyDescription
 
 from greenpool.address import Address, format_address
+from greenpool.link import handshake_completed
 from greenpool.pool import Connection, Pool
 from greenpool.sdam import ErrorContext, Phase, Verdict, check_failed, judge
 from greenpool.waitqueue import Alarm, WaitQueue, WaitTimedOut
@@ -179,6 +180,14 @@ class Topology:
         verdict = judge(context)
         self._apply(verdict, error, service_id=conn.service_id if conn is not None else None)
         return verdict
+
+    def handle_establish_error(self, error: Exception, conn: Connection[Any]) -> None:
+        """The pool's ``on_establish_error`` handler: SDAM's rules for an
+        error while establishing ``conn``. Errors up to and including the
+        hello are the CONNECT phase (the Load Balancer spec ignores them);
+        errors after it (authentication) are the AUTHENTICATE phase."""
+        phase = Phase.AUTHENTICATE if handshake_completed(error) else Phase.CONNECT
+        self.handle_error(error, phase, conn)
 
     def _apply(self, verdict: Verdict, error: Exception, service_id: ObjectId | None) -> None:
         if verdict.mark_unknown and not self.load_balanced:

@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 
 from greenpool import Pool, PoolOptions
-from greenpool.client import establish_error_handler
 from greenpool.link import LinkOptions, make_connector
 from greenpool.topology import Topology
 from greenpool.uri import parse_uri
@@ -51,12 +50,12 @@ def test_cmap_integration(name: str, test: dict[str, Any], mongodb_uri: str) -> 
 
     def make_real_pool(options: dict[str, Any], listener: object) -> Pool[Any]:
         link_options = LinkOptions(app_name=options.pop("appName", None), connect_timeout=10)
-        pool: Pool[Any] = Pool(address, PoolOptions(options),
-                               connector=make_connector(link_options), listeners=[listener],
-                               on_establish_error=lambda error, conn: handler(error, conn))
+        pool: Pool[Any] = Pool(
+            address, PoolOptions(options), connector=make_connector(link_options),
+            listeners=[listener],
+            on_establish_error=lambda error, conn: topology.handle_establish_error(error, conn))
         topology = Topology(address, pool, load_balanced=False, heartbeat_frequency=10,
                             server_selection_timeout=10)
-        handler = establish_error_handler(topology)
         return pool
 
     with failpoint(mongodb_uri, test["failPoint"]):
