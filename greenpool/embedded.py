@@ -27,12 +27,13 @@ from pathlib import Path
 from greenpool.errors import ConfigurationError
 from greenpool.link import LinkOptions, connect
 
-__all__ = ["EmbeddedServer"]
+__all__ = ["EmbeddedServer", "free_port", "secantusd_executable"]
 
 HOST = "127.0.0.1"
 
 
-def _executable() -> str:
+def secantusd_executable() -> str:
+    """The ``secantusd-py`` script of the running interpreter's environment, else PATH's."""
     path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
     found = shutil.which("secantusd-py", path=path)
     if found is None:
@@ -41,7 +42,9 @@ def _executable() -> str:
     return found
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now (another
+    process may still take it before the server binds it)."""
     with socket.socket() as sock:
         sock.bind((HOST, 0))
         return int(sock.getsockname()[1])
@@ -65,8 +68,8 @@ class EmbeddedServer:
         directory = Path(self._directory.name)
         config = directory / "secantusd.toml"
         config.touch()
-        self.port = _free_port()
-        command = [_executable(), "--config", str(config), "--host", HOST,
+        self.port = free_port()
+        command = [secantusd_executable(), "--config", str(config), "--host", HOST,
                    "--port", str(self.port), "--storage-path", ":memory:", "--standalone"]
         log = (directory / "server.log").open("wb")
         with log:

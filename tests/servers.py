@@ -60,6 +60,8 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from pymongo import MongoClient
 from pymongo.errors import PyMongoError
 
+from greenpool.embedded import free_port, secantusd_executable
+
 HOST = "127.0.0.1"
 TEST_URI_VARIABLE = "GREENPOOL_TEST_URI"
 """The environment variable that points the suite at an existing server instead."""
@@ -76,18 +78,6 @@ STOP_TIMEOUT = 15.0
 
 class ServerStartError(RuntimeError):
     """The server exited or did not answer ``hello`` in time; the message ends with its log."""
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now.
-
-    Another process can take it before the server binds it; :meth:`ServerProcess.start`
-    then retries on a new port.
-    """
-    with socket.socket() as sock:
-        sock.bind((HOST, 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @dataclass(frozen=True)
@@ -251,15 +241,6 @@ def _pem(obj: x509.Certificate | ec.EllipticCurvePrivateKey) -> bytes:
 def _write_private(path: Path, data: bytes) -> None:
     path.touch(mode=0o600)
     path.write_bytes(data)
-
-
-def _secantusd() -> str:
-    """The ``secantusd-py`` script of the running interpreter's environment, else PATH's."""
-    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
-    found = shutil.which("secantusd-py", path=path)
-    if found is None:
-        raise ServerStartError("secantusd-py not found: pip install secantusdb")
-    return found
 
 
 class ServerProcess:
@@ -557,7 +538,7 @@ class ServerProcess:
         tmp.mkdir(exist_ok=True)
         storage = directory / "data" if self.persistent else ":memory:"
         command = [
-            _secantusd(),
+            secantusd_executable(),
             "--config", str(config),
             "--host", HOST,
             "--port", str(self.port),
