@@ -31,6 +31,7 @@ from pymongo import monitoring
 
 from greenpool import Pool, PoolClearedError, PoolClosedError, WaitQueueTimeoutError
 from tests.mock import MockTransport
+from tests.yield_points import YieldPoints as BaseYieldPoints
 
 ADDRESS = ("db.test", 27017)
 EXPECTED_ERRORS = (PoolClearedError, PoolClosedError, WaitQueueTimeoutError,
@@ -38,33 +39,22 @@ EXPECTED_ERRORS = (PoolClearedError, PoolClosedError, WaitQueueTimeoutError,
 KILLS = (gevent.GreenletExit, gevent.Timeout)
 
 
-class YieldPoints:
-    """Counts yield points; at the chosen one, kills the greenlet that hit it
-    (mode "self") or every other worker inside checkout at that moment:
-    waiting in the queue, establishing, or in a listener (mode "others")."""
+class YieldPoints(BaseYieldPoints):
+    """Yield points in the pool's checkout and checkin; mode "others" kills
+    every other worker inside checkout at that moment: waiting in the queue,
+    establishing, or in a listener."""
 
     def __init__(self, kill_at: int | None = None,
                  kill: Callable[[], BaseException] = gevent.GreenletExit,
                  mode: str = "self") -> None:
-        self.count = 0
-        self.kill_at = kill_at
-        self.kill = kill
-        self.mode = mode
-        self.killed = 0
+        super().__init__(kill_at, kill, mode)
         self.in_checkout: set[Any] = set()
 
+    def candidates(self) -> set[Any]:
+        return self.in_checkout
+
     def hit(self, pool: Pool[Any]) -> None:
-        pool._check_invariants()
-        if self.count == self.kill_at:
-            current = gevent.getcurrent()
-            victims = [current] if self.mode == "self" else [
-                g for g in self.in_checkout if g is not current]
-            for victim in victims:
-                gevent.get_hub().loop.run_callback(victim.throw, self.kill())
-            self.killed += len(victims)
-        self.count += 1
-        gevent.sleep(0)
-        pool._check_invariants()
+        self.yield_here(pool._check_invariants)
 
 
 class YieldingListener(monitoring.ConnectionPoolListener):

@@ -36,6 +36,7 @@ from tests.pymongo_support import (
     hold,
     make_pool,
 )
+from tests.yield_points import YieldPoints as BaseYieldPoints
 
 ROOT = Path(__file__).resolve().parents[1]
 IDLE = {"requests": 0, "active_sockets": 0, "operation_count": 0, "pending": 0,
@@ -341,35 +342,24 @@ def test_kill_safe_condition_still_notifies() -> None:
 # -- kills at every yield point ----------------------------------------------------------------
 
 
-class YieldPoints:
-    """Counts yield points; at the chosen one, kills the greenlet that hit it
-    (mode "self") or every other worker (mode "others")."""
+class YieldPoints(BaseYieldPoints):
+    """Yield points in the adapter's pool; mode "others" kills every other
+    live worker."""
 
     def __init__(self, kill_at: int | None = None,
                  kill: Callable[[], BaseException] = gevent.GreenletExit,
                  mode: str = "self") -> None:
-        self.count = 0
-        self.kill_at = kill_at
-        self.kill = kill
-        self.mode = mode
-        self.killed = 0
+        super().__init__(kill_at, kill, mode)
         self.pool: GreenPool | None = None
         self.workers: list[gevent.Greenlet] = []
 
+    def candidates(self) -> list[gevent.Greenlet]:
+        return [g for g in self.workers if not g.dead]
+
     def hit(self) -> None:
-        if self.pool is None:
-            return  # PoolCreated, from the constructor
-        check_invariants(self.pool)
-        if self.count == self.kill_at:
-            current = gevent.getcurrent()
-            victims = [current] if self.mode == "self" else [
-                g for g in self.workers if g is not current and not g.dead]
-            for victim in victims:
-                gevent.get_hub().loop.run_callback(victim.throw, self.kill())
-            self.killed += len(victims)
-        self.count += 1
-        gevent.sleep(0)
-        check_invariants(self.pool)
+        pool = self.pool
+        if pool is not None:  # None: PoolCreated, from the constructor
+            self.yield_here(lambda: check_invariants(pool))
 
 
 class YieldingListener(monitoring.ConnectionPoolListener):
