@@ -40,18 +40,17 @@ import statistics
 import sys
 import time
 import warnings
-from collections import Counter
 from collections.abc import Iterator, Sequence
 from typing import Any, TextIO
 
 import gevent
 from pymongo import errors as _pymongo_errors
-from pymongo import monitoring
 
 from greenpool.address import format_address
 from greenpool.client import Client, _link_options
 from greenpool.errors import AuthenticationError, ConfigurationError
 from greenpool.link import connect
+from greenpool.monitoring import EventCounter
 from greenpool.uri import parse_uri
 
 __all__ = ["EXIT_CODES", "Failure", "classify", "main", "redact_uri", "run_check"]
@@ -170,21 +169,6 @@ def _with_default_options(uri: str, options: dict[str, str]) -> str:
     return f"{uri}?{missing}" if "/" in after_scheme else f"{uri}/?{missing}"
 
 
-class _EventCounter(monitoring.ConnectionPoolListener):
-    """Counts CMAP events by type."""
-
-    def __init__(self) -> None:
-        self.counts: Counter[str] = Counter()
-
-    def _count(self, event: object) -> None:
-        self.counts[type(event).__name__] += 1
-
-    pool_created = pool_ready = pool_cleared = pool_closed = _count
-    connection_created = connection_ready = connection_closed = _count
-    connection_check_out_started = connection_check_out_failed = _count
-    connection_checked_out = connection_checked_in = _count
-
-
 def _ms(seconds: float) -> str:
     return f"{seconds * 1000:.2f} ms"
 
@@ -234,7 +218,7 @@ def run_check(
             f"{', as ' + str(credentials.username) if credentials is not None else ''}")
         options = dataclasses.replace(_link_options(settings), socket_timeout=timeout)
         _report_server(address, options, say)
-        watcher = _EventCounter()
+        watcher = EventCounter()
         with Client(client_uri, event_listeners=[watcher]) as client:
             _report_pings(client, pings, say)
             _report_burst(client, watcher, greenlets, operations, say)
@@ -280,7 +264,7 @@ def _report_pings(client: Client, pings: int, say: Any) -> None:
         f"median {_ms(statistics.median(times))}, max {_ms(max(times))}")
 
 
-def _report_burst(client: Client, watcher: _EventCounter, greenlets: int, operations: int,
+def _report_burst(client: Client, watcher: EventCounter, greenlets: int, operations: int,
                   say: Any) -> None:
     greenlets = max(greenlets, 1)
     share, extra = divmod(max(operations, 0), greenlets)

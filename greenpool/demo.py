@@ -17,7 +17,6 @@ import argparse
 import contextlib
 import os
 import time
-from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -26,26 +25,19 @@ from pymongo import monitoring
 
 from greenpool.client import Client
 from greenpool.embedded import EmbeddedServer
+from greenpool.monitoring import EventCounter
 
 
-class PoolWatcher(monitoring.ConnectionPoolListener):
+class PoolWatcher(EventCounter):
     """Counts CMAP events by type and keeps every checkout's wait."""
 
     def __init__(self) -> None:
-        self.counts: Counter[str] = Counter()
+        super().__init__()
         self.waits: list[float] = []
-
-    def _count(self, event: object) -> None:
-        self.counts[type(event).__name__] += 1
 
     def connection_checked_out(self, event: monitoring.ConnectionCheckedOutEvent) -> None:
         self._count(event)
         self.waits.append(event.duration or 0.0)
-
-    pool_created = pool_ready = pool_cleared = pool_closed = _count
-    connection_created = connection_ready = connection_closed = _count
-    connection_check_out_started = connection_check_out_failed = _count
-    connection_checked_in = _count
 
 
 def percentile(ordered: list[float], fraction: float) -> float:

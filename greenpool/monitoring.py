@@ -24,7 +24,7 @@ connection's transport) go through the same outbox.
 from __future__ import annotations
 
 import logging
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -34,7 +34,7 @@ from pymongo import monitoring as _m
 
 from greenpool.address import Address
 
-__all__ = ["LOGGER", "Publisher", "check_listeners"]
+__all__ = ["LOGGER", "EventCounter", "Publisher", "check_listeners"]
 
 LOGGER = logging.getLogger("greenpool.connection")
 _ERRORS = logging.getLogger("greenpool")
@@ -72,6 +72,21 @@ def check_listeners(listeners: Iterable[object]) -> tuple[_m.ConnectionPoolListe
             )
         checked.append(listener)
     return tuple(checked)
+
+
+class EventCounter(_m.ConnectionPoolListener):
+    """A listener that counts CMAP events by class name (``counts``)."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+
+    def _count(self, event: Any) -> None:
+        self.counts[type(event).__name__] += 1
+
+    pool_created = pool_ready = pool_cleared = pool_closed = _count
+    connection_created = connection_ready = connection_closed = _count
+    connection_check_out_started = connection_check_out_failed = _count
+    connection_checked_out = connection_checked_in = _count
 
 
 class Publisher:
