@@ -537,13 +537,8 @@ class Pool(Generic[T]):
         conn.purpose = Purpose.OTHER
         if self._state is PoolState.CLOSED:
             self._retire(conn, _Closed.POOL_CLOSED)
-        elif conn.error is not None and not conn.interrupted:
-            # Before staleness: its own error is usually why the pool was cleared.
-            self._retire(conn, _Closed.ERROR, conn.error)
-        elif self.is_stale(conn):
-            self._retire(conn, _Closed.STALE)  # interrupted by a clear: stale
-        elif conn.error is not None:
-            self._retire(conn, _Closed.ERROR, conn.error)
+        elif (reason := self._broken(conn)) is not None:
+            self._retire(conn, reason, conn.error if reason == _Closed.ERROR else None)
         else:
             self._release(conn)
 
@@ -642,14 +637,24 @@ class Pool(Generic[T]):
         self._events.connection_created(conn.id)
         return conn
 
-    def _perished(self, conn: Connection[T], now: float) -> str | None:
-        """Why an available connection must be closed, or None. No side effects."""
+    def _broken(self, conn: Connection[T]) -> str | None:
+        """Why ``conn`` must be closed however recently used: its own error
+        (ahead of staleness, since the error is usually why the pool was
+        cleared), or staleness (an interrupted connection is stale: a clear
+        interrupted it). None if neither. No side effects."""
         if conn.error is not None and not conn.interrupted:
             return _Closed.ERROR
         if self.is_stale(conn):
             return _Closed.STALE
         if conn.error is not None:
             return _Closed.ERROR
+        return None
+
+    def _perished(self, conn: Connection[T], now: float) -> str | None:
+        """Why an available connection must be closed, or None. No side effects."""
+        reason = self._broken(conn)
+        if reason is not None:
+            return reason
         max_idle = self._max_idle
         if max_idle is not None and now - conn._idle_since > max_idle:
             return _Closed.IDLE
