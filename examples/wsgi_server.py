@@ -49,8 +49,11 @@ def serve(uri: str, port: int) -> None:
 
 if __name__ == "__main__":
     port = int(sys.argv[2]) if len(sys.argv) > 2 else 8080
-    if len(sys.argv) > 1 and sys.argv[1]:
-        serve(sys.argv[1], port)
-    else:
-        with EmbeddedServer() as embedded:
-            serve(embedded.uri, port)
+    try:
+        if len(sys.argv) > 1 and sys.argv[1]:
+            serve(sys.argv[1], port)
+        else:
+            with EmbeddedServer() as embedded:
+                serve(embedded.uri, port)
+    except KeyboardInterrupt:  # Ctrl-C: the with blocks have closed everything
+        pass

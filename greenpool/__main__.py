@@ -4,6 +4,10 @@ Commands:
 
 ``check URI``
     connect to MongoDB as greenpool would and report (see :mod:`greenpool.check`).
+``server [--port N] [--replset] [--auth USER:PASS] [--tls]``
+    run an embedded SecantusDB on 127.0.0.1 in the foreground until Ctrl-C or
+    SIGTERM, printing its URI (see :mod:`greenpool.embedded`; needs the
+    ``demo`` extra).
 """
 
 from __future__ import annotations
@@ -11,7 +15,9 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-USAGE = "usage: python -m greenpool check URI [--timeout SECONDS] (see --help)"
+USAGE = ("usage: python -m greenpool check URI [--timeout SECONDS]\n"
+         "       python -m greenpool server [--port N] [--replset] [--auth USER:PASS] [--tls]\n"
+         "(each command takes --help)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -24,6 +30,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from greenpool.check import main as check
 
         return check(args[1:])
+    if args[0] == "server":
+        from greenpool.embedded import main as server
+
+        return server(args[1:])
     print(f"greenpool: unknown command {args[0]!r}\n{USAGE}", file=sys.stderr)
     return 2
 

@@ -76,6 +76,10 @@ STOP_TIMEOUT = 15.0
 """Seconds a SIGTERM gets before SIGKILL; a stop usually takes 0.2 s, at most about 7 s."""
 
 
+MEMORY_STOP_GRACE = 0.5
+"""Seconds a server with in-memory data gets after SIGTERM before SIGKILL."""
+
+
 class ServerStartError(RuntimeError):
     """The server exited or did not answer ``hello`` in time; the message ends with its log."""
 
@@ -399,12 +403,15 @@ class ServerProcess:
     def stop(self) -> None:
         """SIGTERM, wait for the pid; repeat the SIGTERM if it was swallowed; SIGKILL at the end.
 
-        Leaves the scratch directory (and persistent data) for :meth:`restart`.
+        Leaves the scratch directory (and persistent data) for :meth:`restart`. A server
+        with in-memory data has nothing to lose to a SIGKILL, so it gets SIGKILL after
+        MEMORY_STOP_GRACE seconds instead of ``stop_timeout``.
         """
         process = self._process
         if process is None:
             return
-        deadline = time.monotonic() + self.stop_timeout
+        grace = self.stop_timeout if self.persistent else MEMORY_STOP_GRACE
+        deadline = time.monotonic() + grace
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)
         if not _wait(process, 0.2):
