@@ -7,6 +7,14 @@ monkey.patch_all()
 import gevent  # noqa: E402
 import pytest  # noqa: E402
 
+# A run without the spec files says so loudly, and fails in CI (tests/spec_files.py).
+from tests.spec_files import (  # noqa: E402, F401
+    pytest_runtest_logreport,
+    pytest_sessionfinish,
+    pytest_terminal_summary,
+    pytest_unconfigure,
+)
+
 
 @pytest.fixture(autouse=True)
 def _no_leftover_greenlets():

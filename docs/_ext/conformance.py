@@ -27,7 +27,6 @@ ROOT = Path(__file__).resolve().parents[2]
 #: The test modules that run the MongoDB specifications' own tests, with their spec's name.
 SPEC_MODULES = {
     "tests/test_cmap_spec.py": "Connection Monitoring and Pooling (CMAP)",
-    "tests/test_uri.py": "Connection String and URI Options",
     "tests/test_uri_options.py": "URI Options",
     "tests/test_dns_seedlist_lb.py": "Initial DNS Seedlist Discovery (load-balanced)",
     "tests/test_load_balancers.py": "Load Balancer (unified format)",
