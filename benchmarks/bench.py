@@ -2,6 +2,8 @@
 
     python3 tools/dev.py bench [--quick] [--png waits.png] [--uri URI]
 
+The plot goes to ``--png``, by default ``benchmarks/results/bench-waits.png`` (ignored by git).
+
 Starts its own SecantusDB on 127.0.0.1 (:class:`greenpool.embedded.EmbeddedServer`)
 unless ``--uri`` is given, and measures, side by side in one run:
 
@@ -377,6 +379,7 @@ def plot(results: dict[str, dict[str, dict[str, Any]]], path: Path) -> str:
         axis.grid(True, which="both", alpha=0.3)
         axis.legend(fontsize=8)
     figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=110)
     return f"wait-time distributions: {path}"
 
@@ -396,7 +399,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes")
     parser.add_argument("--uri", help="use this server instead of an embedded SecantusDB")
-    parser.add_argument("--png", type=Path, default=Path("bench-waits.png"))
+    # benchmarks/results/ is ignored by git: a run leaves nothing to commit by accident.
+    parser.add_argument("--png", type=Path,
+                        default=Path(__file__).resolve().parent / "results" / "bench-waits.png")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
