@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import ipaddress
 import re
 import socket
 import ssl
@@ -49,7 +50,7 @@ from pymongo import errors as _pymongo_errors
 from greenpool.address import format_address
 from greenpool.client import Client, _link_options
 from greenpool.errors import AuthenticationError, ConfigurationError
-from greenpool.link import connect
+from greenpool.link import Link
 from greenpool.monitoring import EventCounter
 from greenpool.uri import parse_uri
 
@@ -228,13 +229,46 @@ def run_check(
     return None
 
 
-def _report_server(address: Any, options: Any, say: Any) -> None:
+def _establish(address: Any, options: Any) -> tuple[Link, list[tuple[str, float]]]:
+    """:func:`greenpool.link.connect`, one step at a time: the link and each step's name
+    and seconds (only the steps that ran)."""
+    steps: list[tuple[str, float]] = []
+    host, port = address
+    literal = port is None or _is_ip_literal(host)
+    opening = "connect" if literal else "resolve and connect"
+    if options.ssl_context is not None:
+        opening += " and TLS"
     started = time.perf_counter()
-    link = connect(address, options)
+    link = Link.open(address, options)
     try:
-        took = time.perf_counter() - started
+        steps.append((opening, time.perf_counter() - started))
+        started = time.perf_counter()
+        link.handshake()
+        steps.append(("handshake", time.perf_counter() - started))
+        if options.credentials is not None:
+            started = time.perf_counter()
+            link.authenticate()
+            steps.append(("authentication", time.perf_counter() - started))
+    except BaseException:
+        link.close()
+        raise
+    return link, steps
+
+
+def _is_ip_literal(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False
+    return True
+
+
+def _report_server(address: Any, options: Any, say: Any) -> None:
+    link, steps = _establish(address, options)
+    try:
         hello = dict(link.hello or {})
-        say(f"connected in {_ms(took)} (resolve, connect, TLS, handshake, authentication)")
+        say(f"connected in {_ms(sum(took for _, took in steps))} ("
+            + ", ".join(f"{name} {_ms(took)}" for name, took in steps) + ")")
         try:
             version = link.command("admin", {"buildInfo": 1}).get("version", "unknown")
         except _pymongo_errors.OperationFailure as error:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import socket
 import subprocess
 import sys
@@ -46,6 +47,9 @@ def test_success_through_python_m(auth_server: AuthServer) -> None:
     assert "server version: " in out
     assert "maxWireVersion: " in out
     assert "connectionId: " in out
+    # Each step that ran, with its time; no TLS here.
+    assert re.search(r"^connected in [\d.]+ ms \(connect [\d.]+ ms, handshake [\d.]+ ms, "
+                     r"authentication [\d.]+ ms\)$", out, re.MULTILINE), out
     assert "ping round trips (5): min " in out
     assert "burst: 200 pings from 50 greenlets" in out
     assert "pool: state ready" in out
@@ -61,6 +65,24 @@ def test_success_in_process(mongodb_uri: str, capsys: pytest.CaptureFixture[str]
     assert "ping round trips (3)" in out
     assert "burst: 40 pings from 10 greenlets" in out
     assert "ConnectionCheckOutStarted 44" in out
+    # Only the steps that ran: no TLS, no authentication.
+    assert re.search(r"^connected in [\d.]+ ms \(connect [\d.]+ ms, handshake [\d.]+ ms\)$",
+                     out, re.MULTILINE), out
+
+
+def test_success_lists_resolve_and_tls(tls_server: TLSServer,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    uri = tls_server.uri.replace("127.0.0.1", "localhost")
+    code, out, err = run(capsys, uri)
+    assert code == 0, err
+    assert re.search(r"^connected in [\d.]+ ms \(resolve and connect and TLS [\d.]+ ms, "
+                     r"handshake [\d.]+ ms\)$", out, re.MULTILINE), out
+
+
+def test_a_bad_integer_names_the_option_once(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "mongodb://127.0.0.1:27017/?maxPoolSize=many")
+    assert_failure(code, err, "bad URI", "The value of maxPoolSize must be an integer, not 'many'")
+    assert err.lower().count("maxpoolsize") == 1, err
 
 
 @pytest.mark.parametrize("uri, needle", [
