@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -28,6 +29,13 @@ def test_demo_with_an_embedded_server() -> None:
     assert "operations               1000" in out
     assert "ConnectionCheckedOutEvent" in out and "PoolReadyEvent" in out
     assert "wait_p99_ms" in out
+    # What "Reading the numbers" says of the checkouts holds: 3 per find, 1 per other
+    # operation, 3 around the run.
+    finds = int(re.search(r"^  finds +(\d+)$", out, re.MULTILINE)[1])  # type: ignore[index]
+    checkouts = int(re.search(r"ConnectionCheckedOutEvent +(\d+)", out)[1])  # type: ignore[index]
+    assert finds > 0 and checkouts == 1000 + 2 * finds + 3, out
+    assert f"{checkouts} checkouts for 1000 operations" in out
+    assert re.search(r"wait_max_ms is [\d.]+x fifo_ideal_max_wait_ms", out), out
 
 
 def test_demo_with_a_uri(mongodb_uri: str) -> None:
