@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import greenpool
+from greenpool.embedded import EmbeddedServer
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -30,8 +31,9 @@ def spec_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return report
 
 
-def sphinx(builder: str, out: Path, report: Path) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, GREENPOOL_SPEC_JUNIT=str(report))
+def sphinx(builder: str, out: Path, report: Path,
+           **variables: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, GREENPOOL_SPEC_JUNIT=str(report), **variables)
     return subprocess.run(
         [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", builder,
          str(DOCS), str(out)],
@@ -45,6 +47,7 @@ def test_html_builds_without_warnings(spec_report: Path, tmp_path: Path) -> None
     for name in greenpool.__all__:
         if name != "__version__":
             assert f'id="greenpool.{name}"' in api, name
+    assert 'id="greenpool.embedded.EmbeddedServer"' in api
     page = (tmp_path / "conformance.html").read_text()
     assert "tests/test_cmap_spec.py" in page
     assert "pool-checkout-connection" in page  # one of the CMAP spec's own tests
@@ -53,7 +56,10 @@ def test_html_builds_without_warnings(spec_report: Path, tmp_path: Path) -> None
 
 
 def test_doctest_examples_pass(spec_report: Path, tmp_path: Path) -> None:
-    result = sphinx("doctest", tmp_path, spec_report)
+    # The server the quick start has the reader start (python -m greenpool server --replset)
+    # and point MONGODB_URI at.
+    with EmbeddedServer(replica_set=True) as server:
+        result = sphinx("doctest", tmp_path, spec_report, MONGODB_URI=server.uri)
     assert result.returncode == 0, result.stdout + result.stderr
     summary = (tmp_path / "output.txt").read_text()
     assert "0 failures in tests" in summary
