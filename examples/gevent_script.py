@@ -1,6 +1,9 @@
 """A plain gevent program: many greenlets, one greenpool.Client.
 
-    python examples/gevent_script.py [MONGODB_URI]
+    .venv/bin/python examples/gevent_script.py [MONGODB_URI]
+
+(From a clone, after ``python3 tools/dev.py demo`` or ``test`` made ``.venv``;
+the system's python has no gevent.)
 
 Without a URI it starts an embedded SecantusDB on 127.0.0.1 for the run.
 No monkey-patching is needed: greenpool's sockets are gevent's own.

@@ -1,6 +1,6 @@
 """Subscribing a listener: pool and command events, with PyMongo's interfaces.
 
-    python examples/listener.py [MONGODB_URI]
+    .venv/bin/python examples/listener.py [MONGODB_URI]
 
 greenpool delivers its events to PyMongo's listener classes, so listeners
 written for PyMongo work unchanged. This one counts CMAP events and command

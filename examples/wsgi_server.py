@@ -1,9 +1,11 @@
 """A WSGI app under gevent's own WSGIServer, one greenpool.Client for all requests.
 
-    python examples/wsgi_server.py [MONGODB_URI] [PORT]
+    .venv/bin/python examples/wsgi_server.py [MONGODB_URI] [PORT]
+
+(From a clone, after ``python3 tools/dev.py demo`` or ``test`` made ``.venv``.)
 
 Without a URI it starts an embedded SecantusDB on 127.0.0.1; the port
-defaults to 8080 (0 picks a free one). ``GET /visits`` records a visit and
+defaults to 8080 (0 picks a free one); Ctrl-C stops it quietly. ``GET /visits`` records a visit and
 answers the count and the pool's counters as JSON. Every request runs in its
 own greenlet and borrows a pooled connection for the length of each command,
 so a few connections serve many concurrent requests, in arrival order.

@@ -8,6 +8,9 @@ greenlets::
 
     $ python -m greenpool check "mongodb://app:secret@db.example.com/?tls=true"
 
+(``python`` being the environment greenpool is installed in: ``.venv/bin/python``
+in a clone set up by ``tools/dev.py``.)
+
 The connection string is printed with its password replaced by ``***``.
 When something fails, one line on standard error says what, and the exit
 status tells the class of failure:

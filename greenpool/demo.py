@@ -1,6 +1,7 @@
 """greenpool's demo: a few thousand greenlets sharing one small pool, fairly.
 
-Run it with ``python3 tools/dev.py demo`` (or ``python -m greenpool.demo``).
+Run it with ``python3 tools/dev.py demo`` (or ``.venv/bin/python -m greenpool.demo``
+once that made ``.venv``).
 It connects to ``$MONGODB_URI`` (or ``--uri``), or, when neither is given,
 starts an embedded SecantusDB on 127.0.0.1 for the run. Then a few thousand
 greenlets each run a series of commands (``ping``, and now and then a

@@ -1,8 +1,10 @@
 """A WSGI app that shares one greenpool Client per gunicorn worker.
 
-Run it with the gevent worker and ``preload_app = True`` (see gunicorn.conf.py)::
+Run it with the gevent worker and ``preload_app = True`` (see gunicorn.conf.py),
+from this directory, with the gunicorn of the clone's ``.venv``::
 
-    MONGODB_URI=mongodb://127.0.0.1:27017/ PORT=8000 gunicorn -c gunicorn.conf.py app:app
+    export MONGODB_URI=mongodb://127.0.0.1:27017/
+    PORT=8000 ../../.venv/bin/gunicorn -c gunicorn.conf.py app:app
 
 The Client is created at import time, so with ``preload_app`` it is created
 once in gunicorn's master and inherited by every forked worker. The import
