@@ -35,8 +35,11 @@ def main(uri: str) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 1:
-        main(sys.argv[1])
-    else:
-        with EmbeddedServer() as server:
-            main(server.uri)
+    try:
+        if len(sys.argv) > 1:
+            main(sys.argv[1])
+        else:
+            with EmbeddedServer() as server:
+                main(server.uri)
+    except KeyboardInterrupt:  # Ctrl-C: the with blocks have closed everything
+        sys.exit(130)
