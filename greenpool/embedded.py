@@ -315,4 +315,7 @@ def main(argv: Sequence[str]) -> int:
         print("stopping", flush=True)
         return 0
     finally:
+        # A second Ctrl-C must not interrupt the stop itself (and print a traceback).
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         server.stop()

@@ -493,21 +493,19 @@ class _Written:
         return text
 
     def describe(self, message: str) -> str:
-        """A PyMongo message about the options, naming the option it is about once (as
-        the connection string spells it) and its value."""
+        """A PyMongo message about the options, naming the option it is about once,
+        quoted as written (``name='value'``)."""
         option = self._option_in(message)
         if option is not None:
             name, value = option
-            # PyMongo names the option lower-cased ("maxpoolsize must be ..."): say it
-            # as the user wrote it, rather than a second time in parentheses.
-            named = re.sub(rf"(?<!\w){re.escape(name)}(?!\w)", lambda _: name, message,
+            # PyMongo names the option lower-cased ("maxpoolsize must be ..."): quote it
+            # there, as written, rather than a second time at the end.
+            quoted = f"{name}={value!r}"
+            named = re.sub(rf"(?<!\w){re.escape(name)}(?!\w)", lambda _: quoted, message,
                            count=1, flags=re.IGNORECASE)
-            if named == message and _find_word(message, name) < 0:
-                message = f"{message} (connection string option {name}={value!r})"
-            elif _find_word(named, value) < 0:
-                message = f"{named}, not {value!r}"
-            else:
-                message = named
+            if named == message:  # not named, or spelled out: say which option it is
+                named = f"{message} (connection string option {quoted})"
+            message = named
         return self.redact(message)
 
     def option_holding(self, value: str) -> str | None:
