@@ -353,6 +353,15 @@ class Client:
             self.topology.handle_error(error, Phase.OPERATION, conn)
             self._transaction_error(session, name, error)
             raise
+        except BaseException as error:
+            # Not a refusal nor a network error (a bug, an unencodable
+            # document, a kill): whatever the connection's state, it is not
+            # known to be clean, so checkin closes it.
+            conn.mark_errored(error)
+            if events.listeners and isinstance(error, Exception):
+                events.failed(time.perf_counter() - started, error, command, dbname,
+                              request_id, self.address, service_id, server_id)
+            raise
         if events.listeners:
             events.succeeded(time.perf_counter() - started, reply, name, dbname, request_id,
                              self.address, service_id, server_id)

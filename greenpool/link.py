@@ -378,6 +378,7 @@ class Link:
         *,
         timeout: float | None = None,
         request_id: int | None = None,
+        exhaust_allowed: bool = False,
     ) -> dict[str, Any]:
         """Run ``command`` on database ``db`` and return the server's reply.
 
@@ -385,18 +386,24 @@ class Link:
         ``socket_timeout``). ``request_id`` is the message's requestID (by
         default a fresh one), for callers that publish it in events first.
         The reply has passed :func:`~greenpool.wire.check_reply`: a refused
-        command raises PyMongo's error and the link stays usable. If the reply
+        command raises PyMongo's error and the link stays usable.
+
+        ``exhaust_allowed`` lets the server answer with a stream: if the reply
         says more are coming (``moreToCome``), read them with :meth:`receive`.
+        Without it a reply flagged moreToCome is a protocol error that breaks
+        the link (AutoReconnect): the server would keep sending replies that
+        the next request would read as its own.
 
         Raises ``RuntimeError`` if another greenlet is using the link, or
         replies to the last request are still coming; nothing is sent then.
         """
         self._check_usable()
         request_id, data = encode_command(
-            command, db, request_id=request_id, compressor=self._compressor,
-            max_message_size=self._max_message_size,
+            command, db, request_id=request_id, exhaust_allowed=exhaust_allowed,
+            compressor=self._compressor, max_message_size=self._max_message_size,
         )
-        message = self._round_trip(request_id, data, timeout, self._read_message)
+        read = self._read_stream_start if exhaust_allowed else self._read_message
+        message = self._round_trip(request_id, data, timeout, read)
         return check_reply(message.document)
 
     def receive(self, *, timeout: float | None = None) -> dict[str, Any]:
@@ -409,7 +416,8 @@ class Link:
             raise RuntimeError(f"{self!r}: no more replies are coming")
         request_id, last_reply_id = self._more_to_come
         with self._exchange(timeout) as deadline:
-            message = self._read_op_msg(request_id, (last_reply_id, request_id), deadline)
+            message = self._read_op_msg(
+                request_id, (last_reply_id, request_id), deadline, stream=True)
         return check_reply(message.document)
 
     def _legacy_command(self, db: str, command: Mapping[str, Any]) -> dict[str, Any]:
@@ -525,12 +533,17 @@ class Link:
         return bytes(buffer)
 
     def _read_message(self, request_id: int, deadline: float | None) -> Message:
-        return self._read_op_msg(request_id, (request_id,), deadline)
+        return self._read_op_msg(request_id, (request_id,), deadline, stream=False)
+
+    def _read_stream_start(self, request_id: int, deadline: float | None) -> Message:
+        return self._read_op_msg(request_id, (request_id,), deadline, stream=True)
 
     def _read_op_msg(
-        self, request_id: int, answering: tuple[int, ...], deadline: float | None
+        self, request_id: int, answering: tuple[int, ...], deadline: float | None, *,
+        stream: bool,
     ) -> Message:
-        """The next OP_MSG, which must answer one of the ids in ``answering``.
+        """The next OP_MSG, which must answer one of the ids in ``answering``;
+        flagged moreToCome only if ``stream`` (the request allowed exhaust).
 
         A reply after a moreToCome one answers that reply as mongod numbers
         them, or the original request as some servers do: both are accepted.
@@ -540,6 +553,11 @@ class Link:
         body = self._recv_exactly(header.length - HEADER_SIZE, deadline)
         message = decode_message(header, body, max_message_size=limit)
         _check_response_to(message.response_to, answering)
+        if message.more_to_come and not stream:
+            raise ProtocolError(
+                "the server flagged its reply moreToCome (more replies follow) although the "
+                "request did not allow exhaust"
+            )
         self._more_to_come = (request_id, message.request_id) if message.more_to_come else None
         return message
 

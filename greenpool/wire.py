@@ -53,6 +53,7 @@ __all__ = [
     "CHECKSUM_PRESENT",
     "COMPRESSOR_IDS",
     "DEFAULT_MAX_MESSAGE_SIZE",
+    "EXHAUST_ALLOWED",
     "HEADER_SIZE",
     "MORE_TO_COME",
     "NOT_PRIMARY_CODES",
@@ -95,6 +96,8 @@ DEFAULT_MAX_MESSAGE_SIZE = 48_000_000
 # not know. Bits 16-31 are optional and may be ignored.
 CHECKSUM_PRESENT = 1 << 0
 MORE_TO_COME = 1 << 1
+#: The client accepts a stream of replies (moreToCome) to this request.
+EXHAUST_ALLOWED = 1 << 16
 _REQUIRED_FLAG_BITS = 0xFFFF
 _KNOWN_REQUIRED_FLAGS = CHECKSUM_PRESENT | MORE_TO_COME
 
@@ -433,6 +436,7 @@ def encode_command(
     *,
     request_id: int | None = None,
     more_to_come: bool = False,
+    exhaust_allowed: bool = False,
     compressor: Compressor | None = None,
     max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
     codec_options: CodecOptions[Any] = DEFAULT_CODEC_OPTIONS,
@@ -440,7 +444,9 @@ def encode_command(
     """Encode ``command`` for database ``db`` as one OP_MSG; return ``(request_id, bytes)``.
 
     The command is sent as a single body section (kind 0) with ``$db`` added.
-    ``more_to_come`` sets the flag that tells the server not to reply.
+    ``more_to_come`` sets the flag that tells the server not to reply;
+    ``exhaust_allowed`` the one that lets it answer with a stream of replies
+    (without it, a reply flagged moreToCome is a protocol error).
     With a ``compressor`` the message is wrapped in OP_COMPRESSED, except for
     the commands the compression spec forbids (:data:`NO_COMPRESSION`).
 
@@ -454,7 +460,8 @@ def encode_command(
     if command.get("$db", db) != db:
         raise ValueError(f"command has $db {command['$db']!r} but is sent to {db!r}")
     document = bson.encode({**command, "$db": db}, codec_options=codec_options)
-    body = _UINT32.pack(MORE_TO_COME if more_to_come else 0) + b"\x00" + document
+    flags = (MORE_TO_COME if more_to_come else 0) | (EXHAUST_ALLOWED if exhaust_allowed else 0)
+    body = _UINT32.pack(flags) + b"\x00" + document
     _check_size(name, HEADER_SIZE + len(body), max_message_size)
     if request_id is None:
         request_id = next_request_id()
