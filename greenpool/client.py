@@ -45,13 +45,14 @@ from typing import Any
 
 from bson.binary import UUID_SUBTYPE, Binary
 from pymongo import monitoring as _m
-from pymongo.errors import ConnectionFailure, InvalidOperation, PyMongoError
+from pymongo.errors import AutoReconnect, ConnectionFailure, InvalidOperation, PyMongoError
 
-from greenpool.address import Address
+from greenpool.address import Address, format_address
 from greenpool.auth import Credentials as LinkCredentials
 from greenpool.commands import CommandPublisher
 from greenpool.cursor import Cursor
-from greenpool.errors import ConfigurationError
+from greenpool.errors import ConfigurationError, ProtocolError
+from greenpool.handshake import check_hello_fields
 from greenpool.link import Link, LinkOptions, connect, make_connector
 from greenpool.pool import Connection, Pool, PoolStats, Purpose
 from greenpool.sdam import Phase
@@ -452,6 +453,11 @@ class _LinkChecker:
             assert self._link.hello is not None
             return dict(self._link.hello), time.perf_counter() - started
         reply = self._link.command("admin", {"hello": 1})
+        try:
+            check_hello_fields(reply)  # as the handshake's reply was
+        except ProtocolError as exc:
+            self.close()
+            raise AutoReconnect(f"{format_address(self._address)}: {exc}") from exc
         return reply, time.perf_counter() - started
 
     def close(self) -> None:

@@ -332,6 +332,11 @@ class Link:
             else:
                 reply = check_reply(self._legacy_command("admin", command))
             check_hello_reply(reply, self.address, load_balanced=options.load_balanced)
+        except ProtocolError as exc:
+            # A hello with fields of the wrong type: the server is not
+            # usable as it answers, like a malformed message.
+            self.close()
+            raise AutoReconnect(f"{format_address(self.address)}: {exc}") from exc
         except BaseException:
             self.close()
             raise

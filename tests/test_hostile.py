@@ -17,12 +17,16 @@ from collections.abc import Iterator
 from typing import Any
 
 import gevent
+import gevent.threadpool
 import greenlet
 import pytest
 from pymongo import monitoring as _m
-from pymongo.errors import AutoReconnect
+from pymongo.errors import AutoReconnect, ServerSelectionTimeoutError
 
-from greenpool import Client
+from greenpool import Client, Pool
+from greenpool import client as client_module
+from greenpool import topology as topology_module
+from greenpool.link import LinkOptions, connect, handshake_completed
 from tests.events import AllEvents
 from tests.fake_server import MORE_TO_COME, FakeServer, Raw, Request, op_msg
 
@@ -39,6 +43,10 @@ def wait_for(condition: Any, timeout: float = BOUND) -> None:
         gevent.sleep(0.02)
 
 
+# gevent's threadpool worker greenlet class (private; its repr says ThreadPoolWorker).
+_THREADPOOL_WORKER: type = gevent.threadpool._WorkerGreenlet
+
+
 def _descriptors() -> set[str]:
     return set(os.listdir("/proc/self/fd"))
 
@@ -46,9 +54,12 @@ def _descriptors() -> set[str]:
 def _live_greenlets() -> set[int]:
     hub = gevent.get_hub()
     current = greenlet.getcurrent()
+    # Not the threadpool's workers (another thread's, idle ones live on for
+    # a while), nor any thread's main greenlet (no parent).
     return {
         id(g) for g in gc.get_objects()
         if isinstance(g, greenlet.greenlet) and g and g is not hub and g is not current
+        and g.parent is not None and not isinstance(g, _THREADPOOL_WORKER)
     }
 
 
@@ -138,3 +149,163 @@ def test_any_error_while_a_connection_is_in_use_closes_it_at_checkin() -> None:
             assert [e.command_name for e in failed] == ["insert"]
             assert client.command("admin", {"ping": 1}) == {"ok": 1.0}
             assert client.stats().total == 1
+
+
+# -- 2. the monitor never dies ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("field", "value", "expected"), [
+    ("me", 5, 'me must be a "host:port" string, not 5'),
+    ("lastWrite", 5, "lastWrite must be a document, not 5"),
+    ("hosts", ["db1:27017x"], "hosts must be a list of \"host:port\" strings, not ['db1:27017x']"),
+])
+def test_a_hello_pymongo_cannot_parse_is_a_failed_check(
+        field: str, value: Any, expected: str) -> None:
+    with FakeServer() as server, no_leaks():
+        events = AllEvents()
+        with Client(uri(server, "serverSelectionTimeoutMS=1500"),
+                    event_listeners=[events]) as client:
+            assert client.command("admin", {"ping": 1}) == {"ok": 1.0}
+            server.hello[field] = value  # a misconfigured member, from the next check on
+            client.topology.monitor.request_check()
+            wait_for(lambda: not client.topology.server.is_server_type_known)
+            started = time.monotonic()
+            with pytest.raises(ServerSelectionTimeoutError) as caught:
+                client.command("admin", {"ping": 1})
+            assert time.monotonic() - started < BOUND
+            assert first_line(caught.value).startswith(
+                f"{where(server)}: no usable server within 1.5 s; last error: AutoReconnect(")
+            # The error is shown as its repr: quotes in it come escaped.
+            assert f"{where(server)}: invalid hello reply: {expected}" in first_line(
+                caught.value).encode().decode("unicode_escape")
+            failed = events.of(_m.ServerHeartbeatFailedEvent)
+            assert failed and isinstance(failed[-1].reply, AutoReconnect)
+            assert client.stats().total == 0  # the pool was cleared
+            del server.hello[field]
+            assert client.command("admin", {"ping": 1}) == {"ok": 1.0}
+            monitor = client.topology.monitor
+            assert monitor is not None and monitor._greenlet is not None
+            assert not monitor._greenlet.dead
+
+
+def test_a_hello_pymongo_cannot_parse_at_the_first_check_too() -> None:
+    with (FakeServer(hello={"hosts": ["db1:27017x"]}) as server, no_leaks(),
+          Client(uri(server, "serverSelectionTimeoutMS=1000")) as client):
+        with pytest.raises(ServerSelectionTimeoutError, match="invalid hello reply: hosts"):
+            client.command("admin", {"ping": 1})
+        server.hello.clear()
+        assert client.command("admin", {"ping": 1}) == {"ok": 1.0}
+
+
+def _one_shot(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str) -> list[Exception]:
+    """Make ``owner.name`` raise once, then behave; the list holds what it raised."""
+    original = getattr(owner, name)
+    fired: list[Exception] = []
+
+    def injected(*args: Any, **kwargs: Any) -> Any:
+        if not fired:
+            fired.append(RuntimeError(f"injected into {name}"))
+            raise fired[0]
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, injected)
+    return fired
+
+
+# Each step of a check: where it happens, and whether the failure is the
+# check's (reported as a failed check with that error) or the monitor loop's.
+_CHECK_STEPS = [
+    (topology_module, "Hello", True),
+    (topology_module, "ServerDescription", True),
+    (topology_module.Topology, "_emit", True),
+    (topology_module.Topology, "check_succeeded", True),
+    (topology_module.Topology, "_change_server", True),
+    (Pool, "ready", True),
+    (client_module._LinkChecker, "check", True),
+    (client_module._LinkChecker, "__init__", True),
+    (topology_module.Monitor, "_check_once", False),
+]
+
+
+@pytest.mark.parametrize(("owner", "name", "reported"), _CHECK_STEPS,
+                         ids=[name for _, name, _ in _CHECK_STEPS])
+def test_an_exception_at_any_step_of_a_check_never_kills_the_monitor(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+        owner: Any, name: str, reported: bool) -> None:
+    with FakeServer() as server, no_leaks():
+        events = AllEvents()
+        with Client(uri(server), event_listeners=[events]) as client:
+            assert client.command("admin", {"ping": 1}) == {"ok": 1.0}
+            monitor = client.topology.monitor
+            assert monitor is not None
+            if name == "__init__":
+                monitor.cancel_check()  # the next check makes a new checker
+            fired = _one_shot(monkeypatch, owner, name)
+            monitor.request_check()
+            wait_for(lambda: fired)
+            if reported:
+                # Reported as the check's failure: the error itself, or (for
+                # a reply PyMongo cannot parse) a ProtocolError caused by it.
+                wait_for(lambda: any(fired[0] in (e.reply, e.reply.__cause__)
+                                     for e in events.of(_m.ServerHeartbeatFailedEvent)))
+            else:
+                wait_for(lambda: "the monitor of" in caplog.text)
+            # The next check succeeds again, and the Client serves.
+            assert client.command("admin", {"ping": 1}) == {"ok": 1.0}
+            assert monitor._greenlet is not None and not monitor._greenlet.dead
+
+
+@pytest.mark.parametrize("name", ["check_failed", "cancel_check"])
+def test_a_failure_while_reporting_a_failed_check_never_kills_the_monitor(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, name: str) -> None:
+    owner = topology_module.Topology if name == "check_failed" else topology_module.Monitor
+    with FakeServer() as server, no_leaks(), Client(uri(server)) as client:
+        assert client.command("admin", {"ping": 1}) == {"ok": 1.0}
+        monitor = client.topology.monitor
+        assert monitor is not None
+        check = _one_shot(monkeypatch, client_module._LinkChecker, "check")
+        report = _one_shot(monkeypatch, owner, name)
+        monitor.request_check()
+        wait_for(lambda: check and report)
+        wait_for(lambda: "the monitor of" in caplog.text)
+        assert client.command("admin", {"ping": 1}) == {"ok": 1.0}
+        assert monitor._greenlet is not None and not monitor._greenlet.dead
+
+
+# -- 3. hello fields validated once, at the handshake -------------------------------------------
+
+
+@pytest.mark.parametrize(("field", "value", "expected"), [
+    ("connectionId", "abc", "connectionId must be an integer, not 'abc'"),
+    ("connectionId", 1.5, "connectionId must be an integer, not 1.5"),
+    ("maxWireVersion", "21", "maxWireVersion must be an integer, not '21'"),
+    ("maxMessageSizeBytes", 0, "maxMessageSizeBytes must be a positive integer, not 0"),
+    ("compression", "zstd", "compression must be a list of strings, not 'zstd'"),
+    ("saslSupportedMechs", 5, "saslSupportedMechs must be a list of strings, not 5"),
+    ("logicalSessionTimeoutMinutes", "30",
+     "logicalSessionTimeoutMinutes must be an integer, not '30'"),
+    ("topologyVersion", 5, "topologyVersion must be a document, not 5"),
+    ("serviceId", "x", "serviceId must be an ObjectId, not 'x'"),
+])
+def test_hello_fields_are_checked_at_the_handshake(field: str, value: Any, expected: str) -> None:
+    with FakeServer(hello={field: value}) as server, no_leaks():
+        started = time.monotonic()
+        with pytest.raises(AutoReconnect) as caught:
+            connect(server.address, LinkOptions())
+        assert time.monotonic() - started < BOUND
+        assert first_line(caught.value) == f"{where(server)}: invalid hello reply: {expected}"
+        assert not handshake_completed(caught.value)
+        wait_for(lambda: server.hangups == [1])  # discarded
+
+
+def test_a_bad_connection_id_fails_one_checkout_not_every_command() -> None:
+    with (FakeServer(hello={"connectionId": "abc"}) as server, no_leaks(),
+          Client(uri(server, "serverSelectionTimeoutMS=1000")) as client):
+        with pytest.raises(ServerSelectionTimeoutError) as caught:
+            client.command("admin", {"ping": 1})
+        assert "invalid hello reply: connectionId must be an integer, not 'abc'" in str(
+            caught.value)
+        server.hello.clear()
+        for _ in range(3):
+            assert client.command("admin", {"ping": 1}) == {"ok": 1.0}
+        assert client.pool.stats().total == 1
