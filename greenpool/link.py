@@ -83,6 +83,7 @@ __all__ = [
     "Link",
     "LinkOptions",
     "connect",
+    "establishment_deadline",
     "handshake_completed",
     "make_connector",
 ]
@@ -177,6 +178,10 @@ class LinkOptions:
 
 class _PeerClosed(Exception):
     """The server closed the connection (recv returned no bytes)."""
+
+
+class _EstablishmentTimedOut(TimeoutError):
+    """The whole establishment (connect, TLS, hello, authentication) ran past its deadline."""
 
 
 class Link:
@@ -491,6 +496,8 @@ class Link:
             # Closed under us by close() in another greenlet (whatever the
             # socket raised then), or by the server.
             error = AutoReconnect(f"{where}: connection closed")
+        elif isinstance(exc, _EstablishmentTimedOut):
+            error = NetworkTimeout(f"{where}: {exc}")
         elif isinstance(exc, TimeoutError):
             what = f"timed out after {timeout * 1000:g} ms" if timeout is not None else exc
             error = NetworkTimeout(f"{where}: {what}")
@@ -656,6 +663,8 @@ def _open_tcp(host: str, port: int, timeout: float | None) -> Any:
     for family, kind, proto, _, sockaddr in candidates:
         try:
             return _connect_tcp(family, kind, proto, sockaddr, timeout)
+        except _EstablishmentTimedOut:
+            raise  # the whole establishment's time is up: no other address
         except OSError as exc:
             last_error = exc
     raise last_error or OSError(f"{host!r} resolved to no address")
@@ -716,6 +725,8 @@ def _start_tls(
 
 def _establishment_error(address: Address, exc: OSError, timeout: float | None) -> Exception:
     where = format_address(address)
+    if isinstance(exc, _EstablishmentTimedOut):
+        return NetworkTimeout(f"{where}: {exc}")
     if isinstance(exc, TimeoutError):
         limit = "no limit" if timeout is None else f"connectTimeoutMS: {timeout * 1000:g}"
         return NetworkTimeout(f"{where}: {exc} ({limit})")
@@ -742,13 +753,38 @@ def handshake_completed(error: BaseException) -> bool:
     return getattr(error, HANDSHAKE_COMPLETED, False) is True
 
 
+def establishment_deadline(options: LinkOptions, deadline: float | None = None) -> float | None:
+    """The :func:`time.monotonic` time by which a new link must be
+    established (connected, through TLS, the hello and authentication), or
+    None for no limit.
+
+    ``deadline``, when given, wins: it is how an operation's own time limit
+    (timeoutMS) bounds the connection it waits for. Otherwise it is
+    ``options.connect_timeout`` (connectTimeoutMS) from now, so a server that
+    accepts TCP and then never answers cannot hang a checkout, whatever
+    socketTimeoutMS says.
+    """
+    if deadline is not None:
+        return deadline
+    if options.connect_timeout is None:
+        return None
+    return time.monotonic() + options.connect_timeout
+
+
 def connect(
     address: Address | str,
     options: LinkOptions,
     *,
     connection: Connection[Any] | None = None,
+    deadline: float | None = None,
 ) -> Link:
     """Open a link, run the handshake and authenticate: an established link.
+
+    The whole establishment is bounded by :func:`establishment_deadline`
+    (connectTimeoutMS, or ``deadline``, a :func:`time.monotonic` time, when
+    given); past it, :class:`pymongo.errors.NetworkTimeout` naming the
+    address. Each step keeps its own limit too (connectTimeoutMS for
+    connecting and TLS, socketTimeoutMS for each round trip).
 
     With ``connection`` (a pending pool connection) in load-balanced mode,
     ``connection.service_id`` is set from the hello reply before
@@ -761,16 +797,34 @@ def connect(
     """
     completed = False
     link: Link | None = None
+    given = deadline is not None
+    deadline = establishment_deadline(options, deadline)
+    limit = None if deadline is None else deadline - time.monotonic()
+    if given or options.connect_timeout is None:
+        bound = "the operation's deadline"
+    else:
+        bound = f"connectTimeoutMS: {options.connect_timeout * 1000:g}"
+    timed_out = _EstablishmentTimedOut(f"connection establishment timed out ({bound})")
     try:
-        link = Link.open(address, options, connection=connection)
-        link.handshake()
-        completed = True
-        if connection is not None and options.load_balanced:
-            connection.service_id = link.service_id
-        link.authenticate()
+        if limit is not None and limit <= 0:
+            raise timed_out
+        # One timer for every step, whichever yields (DNS, TCP, TLS, the
+        # hello, authentication, key derivation in the threadpool).
+        with gevent.Timeout(limit, timed_out):
+            link = Link.open(address, options, connection=connection)
+            link.handshake()
+            completed = True
+            if connection is not None and options.load_balanced:
+                connection.service_id = link.service_id
+            link.authenticate()
     except Exception as error:
         if link is not None:
             link.close()
+        if error is timed_out:
+            # Between steps, where no link turned it into a network error.
+            error = NetworkTimeout(f"{format_address(parse_address(address))}: {timed_out}")
+            setattr(error, HANDSHAKE_COMPLETED, completed)
+            raise error from timed_out
         setattr(error, HANDSHAKE_COMPLETED, completed)
         raise
     except BaseException:

@@ -21,17 +21,20 @@ import gevent.threadpool
 import greenlet
 import pytest
 from pymongo import monitoring as _m
-from pymongo.errors import AutoReconnect, ServerSelectionTimeoutError
+from pymongo.errors import AutoReconnect, NetworkTimeout, ServerSelectionTimeoutError
 
 from greenpool import Client, Pool
 from greenpool import client as client_module
 from greenpool import topology as topology_module
-from greenpool.link import LinkOptions, connect, handshake_completed
+from greenpool.auth import Credentials
+from greenpool.link import LinkOptions, connect, establishment_deadline, handshake_completed
 from tests.events import AllEvents
-from tests.fake_server import MORE_TO_COME, FakeServer, Raw, Request, op_msg
+from tests.fake_scram import FakeScramServer
+from tests.fake_server import MORE_TO_COME, FakeServer, Raw, Request, block, op_msg
 
 pytestmark = pytest.mark.timeout(60)
 
+PASSWORD = "Quokka-Lantern-9920-unlikely"
 # Generous: the machine is shared; a hang is what these bounds catch.
 BOUND = 10.0
 
@@ -309,3 +312,58 @@ def test_a_bad_connection_id_fails_one_checkout_not_every_command() -> None:
         for _ in range(3):
             assert client.command("admin", {"ping": 1}) == {"ok": 1.0}
         assert client.pool.stats().total == 1
+
+
+# -- 8. the whole establishment is bounded by connectTimeoutMS ---------------------------------
+
+
+def test_a_server_that_never_answers_the_hello_costs_connect_timeout() -> None:
+    with FakeServer(handlers={"isMaster": block(60)}) as server, no_leaks():
+        started = time.monotonic()
+        with pytest.raises(NetworkTimeout) as caught:
+            connect(server.address, LinkOptions(connect_timeout=0.5, socket_timeout=None))
+        took = time.monotonic() - started
+        assert 0.4 < took < BOUND
+        assert first_line(caught.value) == (
+            f"{where(server)}: connection establishment timed out (connectTimeoutMS: 500)")
+        assert not handshake_completed(caught.value)
+        wait_for(lambda: server.hangups == [1])
+
+
+def test_a_deadline_given_to_connect_overrides_connect_timeout() -> None:
+    with FakeServer(handlers={"isMaster": block(60)}) as server, no_leaks():
+        started = time.monotonic()
+        with pytest.raises(NetworkTimeout) as caught:
+            connect(server.address, LinkOptions(connect_timeout=60),
+                    deadline=time.monotonic() + 0.3)
+        assert time.monotonic() - started < BOUND
+        assert first_line(caught.value) == (
+            f"{where(server)}: connection establishment timed out (the operation's deadline)")
+        assert establishment_deadline(LinkOptions(connect_timeout=None)) is None
+        assert establishment_deadline(LinkOptions(), 12.5) == 12.5
+
+
+def test_a_server_that_never_answers_sasl_start_costs_connect_timeout() -> None:
+    scram = FakeScramServer(speculative=False)
+    scram.create_user("app", PASSWORD)
+    stalled = Switch(block(60), good=lambda request: scram.run_command(request.command))
+    with FakeServer(scram=scram, handlers={"saslStart": stalled}) as server, no_leaks():
+        options = LinkOptions(connect_timeout=0.5, credentials=Credentials("app", PASSWORD))
+        started = time.monotonic()
+        with pytest.raises(NetworkTimeout) as caught:
+            connect(server.address, options)
+        assert 0.4 < time.monotonic() - started < BOUND
+        assert first_line(caught.value) == (
+            f"{where(server)}: connection establishment timed out (connectTimeoutMS: 500)")
+        assert handshake_completed(caught.value)
+        wait_for(lambda: server.hangups == [1])
+        # The same Client: its checkout fails in bounded time, then serves.
+        client_uri = (f"mongodb://app:{PASSWORD}@{where(server)}/?directConnection=true"
+                      "&connectTimeoutMS=500&heartbeatFrequencyMS=500")
+        with Client(client_uri) as client:
+            started = time.monotonic()
+            with pytest.raises(NetworkTimeout, match="connection establishment timed out"):
+                client.command("admin", {"ping": 1})
+            assert time.monotonic() - started < BOUND
+            stalled.hostile = False
+            assert client.command("admin", {"ping": 1}) == {"ok": 1.0}
