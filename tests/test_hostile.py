@@ -24,9 +24,11 @@ from pymongo import monitoring as _m
 from pymongo.errors import AutoReconnect, NetworkTimeout, ServerSelectionTimeoutError
 
 from greenpool import Client, Pool
+from greenpool import auth as auth_module
 from greenpool import client as client_module
 from greenpool import topology as topology_module
-from greenpool.auth import Credentials
+from greenpool.auth import MAX_ITERATIONS, Credentials
+from greenpool.errors import AuthenticationError
 from greenpool.link import LinkOptions, connect, establishment_deadline, handshake_completed
 from tests.events import AllEvents
 from tests.fake_scram import FakeScramServer
@@ -367,3 +369,75 @@ def test_a_server_that_never_answers_sasl_start_costs_connect_timeout() -> None:
             assert time.monotonic() - started < BOUND
             stalled.hostile = False
             assert client.command("admin", {"ping": 1}) == {"ok": 1.0}
+
+
+# -- 4. SCRAM: an iteration ceiling, key derivation off the hub ---------------------------------
+
+
+@pytest.mark.parametrize("iterations", [str(MAX_ITERATIONS + 1), str(2**31 - 1), str(2**31),
+                                        "9" * 5000], ids=["ceiling+1", "2**31-1", "2**31", "long"])
+def test_scram_iteration_counts_above_the_ceiling_are_refused(iterations: str) -> None:
+    scram = FakeScramServer(speculative=False)
+    scram.create_user("app", PASSWORD)
+    scram.users["app"]["SCRAM-SHA-256"].iterations = iterations  # type: ignore[assignment]
+    options = LinkOptions(credentials=Credentials("app", PASSWORD))
+    with FakeServer(scram=scram) as server, no_leaks():
+        started = time.monotonic()
+        with pytest.raises(AuthenticationError) as caught:
+            connect(server.address, options)
+        assert time.monotonic() - started < BOUND
+        shown = iterations if len(iterations) <= 20 else f"{iterations[:20]}..."
+        assert first_line(caught.value) == (
+            "SCRAM-SHA-256 authentication of user 'app' on 'admin' failed: the server asks for "
+            f"{shown} iterations; at most 10000000 are allowed")
+        assert server.names() == ["isMaster", "saslStart"]  # no proof sent
+        wait_for(lambda: server.hangups == [1])
+
+
+def _longest_stall(work: Any) -> tuple[float, float]:
+    """Run ``work()``; return how long it took and the longest the hub went
+    without running another greenlet meanwhile."""
+    gaps = [0.0]
+
+    def tick() -> None:
+        last = time.perf_counter()
+        while True:
+            gevent.sleep(0.002)
+            now = time.perf_counter()
+            gaps.append(now - last)
+            last = now
+
+    ticker = gevent.spawn(tick)
+    gevent.sleep(0.01)
+    started = time.perf_counter()
+    try:
+        work()
+    finally:
+        took = time.perf_counter() - started
+        ticker.kill()
+    return took, max(gaps)
+
+
+def test_key_derivation_runs_off_the_hub_and_is_cached(monkeypatch: pytest.MonkeyPatch) -> None:
+    scram = FakeScramServer(speculative=False, iterations=1_000_000)
+    scram.create_user("app", PASSWORD, ("SCRAM-SHA-256",))
+    options = LinkOptions(credentials=Credentials("app", PASSWORD))
+    derived = []
+    real = auth_module._derive_keys
+    monkeypatch.setattr(auth_module, "_derive_keys",
+                        lambda *args: derived.append(args[3]) or real(*args))
+    # Before: the derivation on the hub, as greenpool did it, stalls it throughout.
+    on_hub, on_hub_stall = _longest_stall(
+        lambda: real("sha256", b"pw", b"salt-on-hub", 1_000_000))
+    assert on_hub_stall > on_hub / 2
+    with FakeServer(scram=scram) as server, no_leaks():
+        took, stall = _longest_stall(lambda: connect(server.address, options).close())
+        assert derived == [1_000_000]
+        # Other greenlets ran throughout (generous: the machine is shared).
+        assert stall < min(took, on_hub) / 3, (stall, took, on_hub)
+        print(f"\n1,000,000 iterations: on the hub {on_hub:.3f} s, longest stall "
+              f"{on_hub_stall * 1000:.1f} ms; off the hub {took:.3f} s, longest stall "
+              f"{stall * 1000:.1f} ms")
+        connect(server.address, options).close()
+        assert derived == [1_000_000]  # the second connection used the cache
+        assert scram.authenticated == "app"
