@@ -37,11 +37,11 @@ from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
 import gevent
-from pymongo.errors import OperationFailure
+from pymongo.errors import InvalidName, OperationFailure
 from pymongo.saslprep import saslprep
 
 from greenpool.errors import AuthenticationError, ConfigurationError
-from greenpool.wire import check_reply
+from greenpool.wire import check_database_name, check_reply
 
 __all__ = [
     "MAX_ITERATIONS",
@@ -115,6 +115,10 @@ class Credentials:
             raise ConfigurationError("SCRAM authentication needs a password (a str)")
         if not self.source:
             raise ConfigurationError("authSource must not be empty")
+        try:
+            check_database_name(self.source)  # "$external" included
+        except (InvalidName, TypeError) as exc:
+            raise ConfigurationError(f"authSource: {exc}") from None
         if self.mechanism_properties:
             names = ", ".join(sorted(self.mechanism_properties))
             raise ConfigurationError(f"SCRAM takes no mechanism properties (got {names})")

@@ -59,7 +59,7 @@ from greenpool.sdam import Phase
 from greenpool.session import Session
 from greenpool.topology import Topology
 from greenpool.uri import ClientSettings, parse_uri
-from greenpool.wire import next_request_id
+from greenpool.wire import check_database_name, next_request_id
 
 __all__ = ["Client"]
 
@@ -319,8 +319,7 @@ class Client:
     def _prepare(self, dbname: str, command: Mapping[str, Any],
                  session: Session | None) -> dict[str, Any]:
         self._check_open()
-        if not isinstance(dbname, str) or not dbname:
-            raise InvalidOperation(f"dbname must be a non-empty str, not {dbname!r}")
+        check_database_name(dbname)
         if not isinstance(command, Mapping) or not command:
             raise InvalidOperation(
                 f"command must be a non-empty document whose first key is the command's "

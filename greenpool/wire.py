@@ -40,6 +40,7 @@ from pymongo.errors import (
     DocumentTooLarge,
     DuplicateKeyError,
     ExecutionTimeout,
+    InvalidName,
     NotPrimaryError,
     OperationFailure,
     WriteConcernError,
@@ -68,6 +69,7 @@ __all__ = [
     "LegacyReply",
     "Message",
     "MessageHeader",
+    "check_database_name",
     "check_reply",
     "compressor_available",
     "decode_message",
@@ -428,6 +430,29 @@ class Message:
     def more_to_come(self) -> bool:
         """The sender will send another message without waiting for a request."""
         return bool(self.flags & MORE_TO_COME)
+
+
+# What PyMongo's database name check refuses (pymongo.database._check_name).
+_DATABASE_NAME_FORBIDDEN = (" ", ".", "$", "/", "\\", "\x00", '"')
+
+
+def check_database_name(name: object) -> None:
+    """Refuse a database name the server would misread, as PyMongo does:
+    :class:`pymongo.errors.InvalidName` for an empty name or one containing
+    a space, ``.``, ``$``, ``/``, ``\\``, ``"`` or NUL; ``TypeError`` for a
+    name that is not a str. ``$external`` (where users authenticated outside
+    MongoDB live) is allowed."""
+    if not isinstance(name, str):
+        raise TypeError(f"a database name must be a str, not {name!r}")
+    if name == "$external":
+        return
+    if not name:
+        raise InvalidName("database name cannot be the empty string")
+    for character in _DATABASE_NAME_FORBIDDEN:
+        if character in name:
+            raise InvalidName(
+                f"invalid database name {name!r}: database names cannot contain the "
+                f"character {character!r}")
 
 
 def encode_command(

@@ -21,14 +21,14 @@ import gevent.threadpool
 import greenlet
 import pytest
 from pymongo import monitoring as _m
-from pymongo.errors import AutoReconnect, NetworkTimeout, ServerSelectionTimeoutError
+from pymongo.errors import AutoReconnect, InvalidName, NetworkTimeout, ServerSelectionTimeoutError
 
 from greenpool import Client, Pool
 from greenpool import auth as auth_module
 from greenpool import client as client_module
 from greenpool import topology as topology_module
 from greenpool.auth import MAX_ITERATIONS, Credentials
-from greenpool.errors import AuthenticationError
+from greenpool.errors import AuthenticationError, ConfigurationError
 from greenpool.link import LinkOptions, connect, establishment_deadline, handshake_completed
 from tests.events import AllEvents
 from tests.fake_scram import FakeScramServer
@@ -414,6 +414,7 @@ def _longest_stall(work: Any) -> tuple[float, float]:
         work()
     finally:
         took = time.perf_counter() - started
+        gevent.sleep(0.02)  # the ticker records the gap that ends now
         ticker.kill()
     return took, max(gaps)
 
@@ -441,3 +442,46 @@ def test_key_derivation_runs_off_the_hub_and_is_cached(monkeypatch: pytest.Monke
         connect(server.address, options).close()
         assert derived == [1_000_000]  # the second connection used the cache
         assert scram.authenticated == "app"
+
+
+# -- 6. database names are checked before anything is sent ---------------------------------------
+
+
+@pytest.mark.parametrize(("name", "character"), [
+    ("a\x00b", "\x00"), ("a b", " "), ("a.b", "."), ("a$b", "$"), ("a/b", "/"), ("a\\b", "\\"),
+    ('a"b', '"'),
+])
+def test_bad_database_names_are_refused_before_anything_is_sent(name: str, character: str) -> None:
+    with FakeServer() as server, no_leaks(), Client(uri(server)) as client:
+        assert client.command("admin", {"ping": 1}) == {"ok": 1.0}
+        sent = len(server.requests)
+        for run in (lambda: client.command(name, {"insert": "c", "documents": [{"x": 1}]}),
+                    lambda: client.find(name, "c", {}),
+                    lambda: client.cursor(name, {"aggregate": "c", "pipeline": []})):
+            with pytest.raises(InvalidName) as caught:
+                run()
+            assert first_line(caught.value) == (
+                f"invalid database name {name!r}: database names cannot contain the "
+                f"character {character!r}")
+        assert len(server.requests) == sent
+        assert client.stats().total == 1
+
+
+def test_empty_and_non_str_database_names_are_refused() -> None:
+    with FakeServer() as server, Client(uri(server)) as client:
+        with pytest.raises(InvalidName, match=r"^database name cannot be the empty string$"):
+            client.command("", {"ping": 1})
+        with pytest.raises(TypeError, match=r"^a database name must be a str, not 5$"):
+            client.command(5, {"ping": 1})  # type: ignore[arg-type]
+    assert "ping" not in server.names()
+
+
+def test_external_stays_usable() -> None:
+    with FakeServer() as server, Client(uri(server)) as client:
+        assert client.command("$external", {"ping": 1}) == {"ok": 1.0}
+    assert [r.db for r in server.requests if r.name == "ping"] == ["$external"]
+    assert Credentials("app", PASSWORD, source="$external").source == "$external"
+    with pytest.raises(ConfigurationError, match=r"^authSource: invalid database name 'a\.b'"):
+        Credentials("app", PASSWORD, source="a.b")
+    with pytest.raises(ConfigurationError, match=r"^authSource: invalid database name 'a b'"):
+        Client("mongodb://app:pw@127.0.0.1:1/?authSource=a%20b")
