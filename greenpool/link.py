@@ -532,7 +532,9 @@ class Link:
         self._sock.settimeout(_remaining(deadline))
         self._sock.sendall(data)
 
-    def _recv_exactly(self, size: int, deadline: float | None) -> bytes:
+    def _recv_exactly(self, size: int, deadline: float | None) -> bytearray:
+        # The buffer itself, not a bytes() copy of it: a large reply would
+        # briefly take twice its size.
         buffer = bytearray(size)
         view = memoryview(buffer)
         received = 0
@@ -542,7 +544,7 @@ class Link:
             if not count:
                 raise _PeerClosed
             received += count
-        return bytes(buffer)
+        return buffer
 
     def _read_message(self, request_id: int, deadline: float | None) -> Message:
         return self._read_op_msg(request_id, (request_id,), deadline, stream=False)

@@ -192,7 +192,9 @@ def pack_header(length: int, request_id: int, response_to: int, op_code: int) ->
     return _HEADER.pack(length, request_id, response_to, op_code)
 
 
-def parse_header(data: bytes, *, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> MessageHeader:
+def parse_header(
+    data: bytes | bytearray, *, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
+) -> MessageHeader:
     """Parse and check the first 16 bytes of ``data``.
 
     Raises :class:`ProtocolError` if there are fewer than 16 bytes, if the
@@ -206,7 +208,7 @@ def parse_header(data: bytes, *, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZ
     return header
 
 
-def _unpack_header(data: bytes, max_message_size: int) -> MessageHeader:
+def _unpack_header(data: bytes | bytearray, max_message_size: int) -> MessageHeader:
     if len(data) < HEADER_SIZE:
         raise ProtocolError(f"message header is {len(data)} bytes; it must be {HEADER_SIZE}")
     header = MessageHeader(*_HEADER.unpack_from(data))
@@ -401,7 +403,7 @@ def _wrap(op_code: int, body: bytes, compressor: Compressor, request_id: int) ->
     return pack_header(length, request_id, 0, OP_COMPRESSED) + prefix + compressed
 
 
-def _unwrap(body: bytes, max_message_size: int) -> tuple[int, bytes]:
+def _unwrap(body: bytes | bytearray, max_message_size: int) -> tuple[int, bytes]:
     if len(body) < _COMPRESSED_PREFIX.size:
         raise ProtocolError(f"OP_COMPRESSED body is {len(body)} bytes, too short for its prefix")
     op_code, size, compressor_id = _COMPRESSED_PREFIX.unpack_from(body)
@@ -410,7 +412,8 @@ def _unwrap(body: bytes, max_message_size: int) -> tuple[int, bytes]:
             f"OP_COMPRESSED declares {size} uncompressed bytes; "
             f"the maximum message size is {max_message_size}"
         )
-    return op_code, _decompress(compressor_id, body[_COMPRESSED_PREFIX.size :], size)
+    compressed = bytes(memoryview(body)[_COMPRESSED_PREFIX.size :])  # one copy
+    return op_code, _decompress(compressor_id, compressed, size)
 
 
 # -- OP_MSG --------------------------------------------------------------------------------
@@ -506,7 +509,7 @@ def _check_size(name: str, length: int, max_message_size: int) -> None:
 
 def decode_message(
     header: MessageHeader,
-    body: bytes,
+    body: bytes | bytearray,
     *,
     max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
     codec_options: CodecOptions[dict[str, Any]] = DEFAULT_CODEC_OPTIONS,
@@ -539,7 +542,7 @@ def decode_message(
 
 
 def _decode_op_msg(
-    body: bytes, codec_options: CodecOptions[dict[str, Any]]
+    body: bytes | bytearray, codec_options: CodecOptions[dict[str, Any]]
 ) -> tuple[int, dict[str, Any]]:
     if len(body) < _UINT32.size:
         raise ProtocolError("OP_MSG is too short for its flag bits")
@@ -559,7 +562,7 @@ def _decode_op_msg(
 
 
 def _read_sections(
-    body: bytes, pos: int, end: int, codec_options: CodecOptions[dict[str, Any]]
+    body: bytes | bytearray, pos: int, end: int, codec_options: CodecOptions[dict[str, Any]]
 ) -> dict[str, Any]:
     document: dict[str, Any] | None = None
     sequences: dict[str, list[dict[str, Any]]] = {}
@@ -570,7 +573,8 @@ def _read_sections(
             if document is not None:
                 raise ProtocolError("OP_MSG has more than one body section")
             size = _bson_size(body, pos, end)
-            document = _decode(body[pos : pos + size], codec_options)
+            # A view, not a slice: the body document is most of a large reply.
+            document = _decode(memoryview(body)[pos : pos + size], codec_options)
             pos += size
         elif kind == 1:
             identifier, documents, pos = _read_sequence(body, pos, end, codec_options)
@@ -588,7 +592,7 @@ def _read_sections(
     return document
 
 
-def _bson_size(body: bytes, pos: int, end: int) -> int:
+def _bson_size(body: bytes | bytearray, pos: int, end: int) -> int:
     if pos + _INT32.size > end:
         raise ProtocolError("OP_MSG is truncated inside a BSON document's length")
     size = _int32_at(body, pos)
@@ -597,12 +601,12 @@ def _bson_size(body: bytes, pos: int, end: int) -> int:
     return size
 
 
-def _int32_at(body: bytes, pos: int) -> int:
+def _int32_at(body: bytes | bytearray, pos: int) -> int:
     return int(_INT32.unpack_from(body, pos)[0])
 
 
 def _read_sequence(
-    body: bytes, pos: int, end: int, codec_options: CodecOptions[dict[str, Any]]
+    body: bytes | bytearray, pos: int, end: int, codec_options: CodecOptions[dict[str, Any]]
 ) -> tuple[str, list[dict[str, Any]], int]:
     if pos + _INT32.size > end:
         raise ProtocolError("OP_MSG is truncated inside a document sequence's size")
@@ -624,7 +628,9 @@ def _read_sequence(
     return identifier, documents, stop
 
 
-def _decode(data: bytes, codec_options: CodecOptions[dict[str, Any]]) -> dict[str, Any]:
+def _decode(
+    data: bytes | memoryview, codec_options: CodecOptions[dict[str, Any]]
+) -> dict[str, Any]:
     try:
         return bson.decode(data, codec_options)
     except InvalidBSON as exc:
@@ -681,7 +687,7 @@ def encode_query(
 
 
 def parse_reply_header(
-    data: bytes, *, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
+    data: bytes | bytearray, *, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
 ) -> MessageHeader:
     """Parse and check the header of the answer to an OP_QUERY.
 
@@ -718,7 +724,7 @@ class LegacyReply:
 
 def decode_reply(
     header: MessageHeader,
-    body: bytes,
+    body: bytes | bytearray,
     *,
     codec_options: CodecOptions[dict[str, Any]] = DEFAULT_CODEC_OPTIONS,
 ) -> LegacyReply:
@@ -755,7 +761,7 @@ def decode_reply(
 
 
 def _reply_documents(
-    body: bytes, pos: int, codec_options: CodecOptions[dict[str, Any]]
+    body: bytes | bytearray, pos: int, codec_options: CodecOptions[dict[str, Any]]
 ) -> list[dict[str, Any]]:
     documents = []
     end = len(body)

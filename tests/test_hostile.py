@@ -12,14 +12,18 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
+import struct
 import time
+import tracemalloc
 from collections.abc import Iterator
 from typing import Any
 
+import bson
 import gevent
 import gevent.threadpool
 import greenlet
 import pytest
+from bson.binary import Binary
 from pymongo import monitoring as _m
 from pymongo.errors import AutoReconnect, InvalidName, NetworkTimeout, ServerSelectionTimeoutError
 
@@ -32,7 +36,7 @@ from greenpool.errors import AuthenticationError, ConfigurationError
 from greenpool.link import LinkOptions, connect, establishment_deadline, handshake_completed
 from tests.events import AllEvents
 from tests.fake_scram import FakeScramServer
-from tests.fake_server import MORE_TO_COME, FakeServer, Raw, Request, block, op_msg
+from tests.fake_server import MORE_TO_COME, OP_MSG, FakeServer, Raw, Request, block, op_msg
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -485,3 +489,34 @@ def test_external_stays_usable() -> None:
         Credentials("app", PASSWORD, source="a.b")
     with pytest.raises(ConfigurationError, match=r"^authSource: invalid database name 'a b'"):
         Client("mongodb://app:pw@127.0.0.1:1/?authSource=a%20b")
+
+
+# -- 9. minor: a missing password, a listener that is not MongoDB, one copy of each reply ----------
+
+
+def test_a_large_reply_is_received_without_an_extra_copy() -> None:
+    size = 8 * 1024 * 1024
+    document = bson.encode({"ok": 1.0, "blob": Binary(b"x" * size)})
+    body = struct.pack("<I", 0) + b"\x00" + document  # built once, before measuring
+
+    def big(request: Request) -> Raw:
+        header = struct.pack("<iiii", 16 + len(body), 7, request.request_id, OP_MSG)
+        request.sock.sendall(header)
+        request.sock.sendall(body)
+        return Raw(b"")
+
+    with FakeServer(handlers={"find": big}) as server:
+        link = connect(server.address, LinkOptions())
+        tracemalloc.start()
+        try:
+            before, _ = tracemalloc.get_traced_memory()
+            reply = link.command("db", {"find": "c"})
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        link.close()
+    assert len(reply["blob"]) == size
+    # The receive buffer and the decoded value, not a third copy of the
+    # message (bytes(buffer)) nor a fourth (a slice of it for bson).
+    assert peak - before < 2.5 * size, (peak - before) / size
+    print(f"\npeak while receiving an 8 MiB reply: {(peak - before) / size:.2f} x its size")
