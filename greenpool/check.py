@@ -22,6 +22,8 @@ code   meaning
 4      TLS: the handshake failed (certificate, host name, protocol)
 5      authentication: the server refused the credentials
 6      unreachable: connection refused, or no answer in time
+7      not MongoDB: something answered, but not as a MongoDB server
+       (a web server or another service at that host and port)
 =====  ===========================================================
 
 ``--timeout`` (seconds, 5 by default) is the serverSelectionTimeoutMS and the
@@ -48,7 +50,7 @@ from pymongo import errors as _pymongo_errors
 
 from greenpool.address import format_address
 from greenpool.client import Client, _link_options
-from greenpool.errors import AuthenticationError, ConfigurationError
+from greenpool.errors import AuthenticationError, ConfigurationError, NotMongoDBError
 from greenpool.link import connect
 from greenpool.monitoring import EventCounter
 from greenpool.uri import parse_uri
@@ -63,6 +65,7 @@ EXIT_CODES = {
     "TLS": 4,
     "authentication": 5,
     "unreachable": 6,
+    "not MongoDB": 7,
 }
 
 _HINTS = {
@@ -71,6 +74,7 @@ _HINTS = {
     "TLS": "check tlsCAFile (the CA that signed the server's certificate) and the host name",
     "authentication": "check the user name, the password, authSource and authMechanism",
     "unreachable": "check the host and port, that the server runs, and firewalls",
+    "not MongoDB": "check the port: another service (a web server?) listens there",
     "error": "see the message",
 }
 
@@ -145,6 +149,8 @@ def classify(error: BaseException, secrets: Sequence[str] = ()) -> Failure:
         isinstance(error, _pymongo_errors.OperationFailure) and error.code == 18
     ):
         kind = "authentication"
+    elif any(isinstance(e, NotMongoDBError) for e in chain):
+        kind = "not MongoDB"
     elif any(isinstance(e, socket.gaierror) for e in chain):
         kind = "DNS"
     elif any(isinstance(e, ssl.SSLError) for e in chain) or "TLS handshake failed" in text:

@@ -48,6 +48,7 @@ from pymongo import monitoring as _m
 from pymongo.errors import AutoReconnect, ConnectionFailure, InvalidOperation, PyMongoError
 
 from greenpool.address import Address, format_address
+from greenpool.auth import MECHANISMS as LINK_MECHANISMS
 from greenpool.auth import Credentials as LinkCredentials
 from greenpool.commands import CommandPublisher
 from greenpool.cursor import Cursor
@@ -508,10 +509,15 @@ def _credentials(settings: ClientSettings) -> LinkCredentials | None:
     given = settings.credentials
     if given is None:
         return None
-    if given.username is None or given.password is None:
+    if given.mechanism not in (None, *LINK_MECHANISMS) or given.username is None:
         raise ConfigurationError(
             f"authentication mechanism {given.mechanism!r} is not supported by "
             f"greenpool.Client, which speaks SCRAM-SHA-256 and SCRAM-SHA-1")
+    if given.password is None:
+        raise ConfigurationError(
+            f"a password is required: the connection string names the user "
+            f"{given.username!r} but no password (mongodb://user:password@host/; "
+            f"SCRAM-SHA-256 and SCRAM-SHA-1 need one)")
     return LinkCredentials(given.username, given.password.reveal(), given.source,
                            given.mechanism, given.mechanism_properties)
 

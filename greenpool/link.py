@@ -59,7 +59,7 @@ from pymongo.errors import AutoReconnect, NetworkTimeout
 
 from greenpool.address import Address, format_address, parse_address
 from greenpool.auth import Credentials, ScramConversation, authenticate, handshake_fields
-from greenpool.errors import ConfigurationError, PoolClearedError, ProtocolError
+from greenpool.errors import ConfigurationError, NotMongoDBError, PoolClearedError, ProtocolError
 from greenpool.handshake import check_app_name, check_hello_reply, hello_command
 from greenpool.pool import Connection
 from greenpool.wire import (
@@ -342,6 +342,16 @@ class Link:
             # usable as it answers, like a malformed message.
             self.close()
             raise AutoReconnect(f"{format_address(self.address)}: {exc}") from exc
+        except AutoReconnect as exc:
+            self.close()
+            if not isinstance(exc.__cause__, ProtocolError):
+                raise
+            # No MongoDB server answers a hello with a malformed message:
+            # something else listens there (a web server, another service).
+            not_mongodb = NotMongoDBError(
+                f"the server answered the handshake, but is not a MongoDB server "
+                f"({exc.__cause__})")
+            raise AutoReconnect(f"{format_address(self.address)}: {not_mongodb}") from not_mongodb
         except BaseException:
             self.close()
             raise

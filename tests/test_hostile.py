@@ -24,6 +24,7 @@ import gevent.threadpool
 import greenlet
 import pytest
 from bson.binary import Binary
+from gevent.pywsgi import WSGIServer
 from pymongo import monitoring as _m
 from pymongo.errors import AutoReconnect, InvalidName, NetworkTimeout, ServerSelectionTimeoutError
 
@@ -32,7 +33,9 @@ from greenpool import auth as auth_module
 from greenpool import client as client_module
 from greenpool import topology as topology_module
 from greenpool.auth import MAX_ITERATIONS, Credentials
-from greenpool.errors import AuthenticationError, ConfigurationError
+from greenpool.check import EXIT_CODES
+from greenpool.check import main as check_main
+from greenpool.errors import AuthenticationError, ConfigurationError, NotMongoDBError
 from greenpool.link import LinkOptions, connect, establishment_deadline, handshake_completed
 from tests.events import AllEvents
 from tests.fake_scram import FakeScramServer
@@ -520,3 +523,50 @@ def test_a_large_reply_is_received_without_an_extra_copy() -> None:
     # message (bytes(buffer)) nor a fourth (a slice of it for bson).
     assert peak - before < 2.5 * size, (peak - before) / size
     print(f"\npeak while receiving an 8 MiB reply: {(peak - before) / size:.2f} x its size")
+
+
+@pytest.mark.parametrize("userinfo", ["app", "app:"])
+def test_a_missing_password_says_a_password_is_required(userinfo: str) -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        Client(f"mongodb://{userinfo}@127.0.0.1:1/")
+    assert first_line(caught.value) == (
+        "a password is required: the connection string names the user 'app' but no password "
+        "(mongodb://user:password@host/; SCRAM-SHA-256 and SCRAM-SHA-1 need one)")
+    with pytest.raises(ConfigurationError, match="mechanism 'PLAIN' is not supported"):
+        Client("mongodb://app:pw@127.0.0.1:1/?authMechanism=PLAIN")
+
+
+def _http_app(environ: Any, start_response: Any) -> list[bytes]:
+    start_response("200 OK", [("Content-Type", "text/html")])
+    return [b"<!DOCTYPE html><html><body>a web page</body></html>"]
+
+
+@contextlib.contextmanager
+def http_server() -> Iterator[tuple[str, int]]:
+    """An HTTP server on 127.0.0.1, a free port: something that is not MongoDB."""
+    server = WSGIServer(("127.0.0.1", 0), _http_app, log=None, error_log=None)
+    server.start()
+    try:
+        yield ("127.0.0.1", server.server_port)
+    finally:
+        server.stop(timeout=1)
+
+
+def test_an_http_server_is_reported_as_not_mongodb(capsys: pytest.CaptureFixture[str]) -> None:
+    with http_server() as (host, port), no_leaks():
+        started = time.monotonic()
+        with pytest.raises(AutoReconnect) as caught:
+            connect((host, port), LinkOptions())
+        assert time.monotonic() - started < BOUND
+        assert first_line(caught.value).startswith(
+            f"{host}:{port}: the server answered the handshake, but is not a MongoDB server "
+            "(message length ")
+        assert isinstance(caught.value.__cause__, NotMongoDBError)
+        code = check_main([f"mongodb://{host}:{port}/", "--timeout", "2"])
+    err = capsys.readouterr().err
+    assert code == EXIT_CODES["not MongoDB"] == 7
+    assert err.startswith(
+        f"greenpool check: not MongoDB failure: {host}:{port}: the server answered the "
+        "handshake, but is not a MongoDB server (message length "), err
+    assert err.rstrip().endswith(
+        "(check the port: another service (a web server?) listens there)"), err
