@@ -8,7 +8,8 @@ greenlets::
 
     $ python -m greenpool check "mongodb://app:secret@db.example.com/?tls=true"
 
-The connection string is printed with its password replaced by ``***``.
+The connection string is printed with its password and other secrets (see
+:func:`greenpool.uri.redact_uri`) replaced by ``***``.
 When something fails, one line on standard error says what, and the exit
 status tells the class of failure:
 
@@ -35,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import re
 import socket
 import ssl
 import statistics
@@ -53,7 +53,7 @@ from greenpool.client import Client, _link_options
 from greenpool.errors import AuthenticationError, ConfigurationError, NotMongoDBError
 from greenpool.link import connect
 from greenpool.monitoring import EventCounter
-from greenpool.uri import parse_uri
+from greenpool.uri import Secret, parse_uri, redact_uri, uri_secrets
 
 __all__ = ["EXIT_CODES", "Failure", "classify", "main", "redact_uri", "run_check"]
 
@@ -78,8 +78,6 @@ _HINTS = {
     "error": "see the message",
 }
 
-_SECRET_OPTION = re.compile(r"([?&][^=&]*(?:password|token|secret)[^=&]*=)[^&]*", re.IGNORECASE)
-
 
 @dataclasses.dataclass(frozen=True)
 class Failure:
@@ -96,29 +94,6 @@ class Failure:
     def line(self) -> str:
         """The line printed on standard error."""
         return f"greenpool check: {self.kind} failure: {self.message} ({_HINTS[self.kind]})"
-
-
-def redact_uri(uri: str) -> str:
-    """``uri`` with the password in its user information, and the values of
-    options that hold secrets, replaced by ``***``.
-
-    >>> redact_uri("mongodb://ann:s3cret@db.example.com/?tlsCertificateKeyFilePassword=x&w=1")
-    'mongodb://ann:***@db.example.com/?tlsCertificateKeyFilePassword=***&w=1'
-    """
-    scheme, sep, rest = uri.partition("://")
-    if not sep:
-        return "<not a mongodb:// URI>"
-    authority_end = len(rest)
-    for mark in "/?":
-        index = rest.find(mark)
-        if index != -1:
-            authority_end = min(authority_end, index)
-    # The user information ends at the last '@' of the authority.
-    at = rest.rfind("@", 0, authority_end)
-    if at != -1:
-        user = rest[:at].partition(":")[0]
-        rest = f"{user}:***{rest[at:]}"
-    return _SECRET_OPTION.sub(r"\1***", f"{scheme}://{rest}")
 
 
 def _chain(error: BaseException) -> Iterator[BaseException]:
@@ -198,7 +173,7 @@ def run_check(
         print(text, file=out, flush=True)
 
     say(f"URI: {redact_uri(uri)}")
-    secrets: list[str] = []
+    secrets = list(uri_secrets(uri))
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -209,6 +184,9 @@ def run_check(
         credentials = settings.credentials
         if credentials is not None and credentials.password is not None:
             secrets.append(credentials.password.reveal())
+        for value in (credentials.mechanism_properties.values() if credentials else ()):
+            if isinstance(value, Secret):
+                secrets.append(value.reveal())
         limit_ms = f"{timeout * 1000:g}"
         client_uri = _with_default_options(
             uri, {"serverSelectionTimeoutMS": limit_ms, "connectTimeoutMS": limit_ms})

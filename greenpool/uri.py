@@ -44,7 +44,10 @@ from greenpool.address import Address
 from greenpool.errors import ConfigurationError
 from greenpool.options import PoolOptions
 
-__all__ = ["ClientSettings", "Credentials", "InvalidURIError", "Secret", "parse_uri"]
+__all__ = [
+    "ClientSettings", "Credentials", "InvalidURIError", "Secret", "parse_uri", "redact_uri",
+    "uri_secrets",
+]
 
 #: connectTimeoutMS when the connection string gives none (the URI spec's 20 s).
 DEFAULT_CONNECT_TIMEOUT: Final = 20.0
@@ -52,6 +55,13 @@ DEFAULT_CONNECT_TIMEOUT: Final = 20.0
 # Mechanisms whose users live outside MongoDB: their authSource is "$external".
 _EXTERNAL_MECHANISMS = frozenset({"GSSAPI", "MONGODB-X509", "MONGODB-AWS", "MONGODB-OIDC"})
 _PASSWORD_MECHANISMS = frozenset({"SCRAM-SHA-1", "SCRAM-SHA-256", "PLAIN"})
+
+# authMechanismProperties whose values may be shown (PyMongo's repr shows
+# these); every other one (AWS_SESSION_TOKEN, anything unknown) is hidden.
+_SHOWN_MECHANISM_PROPERTIES = frozenset({
+    "ALLOWED_HOSTS", "CANONICALIZE_HOST_NAME", "ENVIRONMENT", "SERVICE_HOST", "SERVICE_NAME",
+    "SERVICE_REALM", "TOKEN_RESOURCE",
+})
 
 # Options that turn TLS on when tls is not given (as PyMongo's client does), by
 # PyMongo's lower-case key, with the name a message shows.
@@ -441,7 +451,9 @@ def _looks_secret(name: str) -> bool:
 def _conceal(name: str, value: Any) -> Any:
     """``value`` with what looks secret in it wrapped in a :class:`Secret`."""
     if name == "authmechanismproperties" and isinstance(value, Mapping):
-        return MappingProxyType({key: _conceal(key, item) for key, item in value.items()})
+        return MappingProxyType({
+            key: Secret(item) if isinstance(item, str) and _secret_property(key) else item
+            for key, item in value.items()})
     if isinstance(value, str) and _looks_secret(name):
         return Secret(value)
     return value
@@ -554,8 +566,79 @@ def _secret_values(options: Iterable[tuple[str, str]]) -> Iterable[str]:
         elif name.lower() == "authmechanismproperties":
             for item in value.split(","):
                 key, _, secret = item.partition(":")
-                if _looks_secret(key):
+                if _secret_property(key):
                     yield secret
+
+
+def _secret_property(key: str) -> bool:
+    return _looks_secret(key) or unquote_plus(key).upper() not in _SHOWN_MECHANISM_PROPERTIES
+
+
+def uri_secrets(uri: str) -> tuple[str, ...]:
+    """Every secret in the connection string ``uri``, longest first: the
+    password (as written, decoded, and the pieces an unescaped ``/`` or ``?``
+    would cut it into), the values of options that hold secrets
+    (tlsCertificateKeyFilePassword, anything named like a password, secret
+    or token) and of authMechanismProperties other than the ones PyMongo
+    shows (AWS_SESSION_TOKEN among them)."""
+    return _Written.of(uri).secrets
+
+
+def redact_uri(uri: str) -> str:
+    """``uri`` as it may be shown: the password, and the values of every
+    secret :func:`uri_secrets` finds, replaced by ``***``. Every place
+    greenpool shows a connection string goes through this.
+
+    >>> redact_uri("mongodb://ann:s3cret@db.example.com/?tlsCertificateKeyFilePassword=x&w=1")
+    'mongodb://ann:***@db.example.com/?tlsCertificateKeyFilePassword=***&w=1'
+    >>> redact_uri("mongodb://ann:Sup3r/x@db/?authMechanismProperties=AWS_SESSION_TOKEN:t0k")
+    'mongodb://ann:***@db/?authMechanismProperties=AWS_SESSION_TOKEN:***'
+    """
+    scheme, sep, rest = uri.partition("://")
+    if not sep:
+        return "<not a mongodb:// URI>"  # it could be anything, a password included
+    at = _userinfo_end(rest)
+    if at != -1:
+        user, colon, _ = rest[:at].partition(":")
+        if colon:
+            rest = f"{user}:***{rest[at:]}"
+    head, question, query = rest.partition("?")
+    if question:
+        query = "".join(_redact_option(item) for item in re.split("([&;])", query))
+    # Then the secrets as words wherever they are, should the string be
+    # malformed enough to hide one from the structure above.
+    return _Written.of(uri).redact(f"{scheme}://{head}{question}{query}")
+
+
+def _userinfo_end(rest: str) -> int:
+    """Where the user information of ``rest`` (the URI after ``://``) ends: its last '@'."""
+    authority_end = len(rest)
+    for mark in "/?":
+        index = rest.find(mark)
+        if index != -1:
+            authority_end = min(authority_end, index)
+    at = rest.rfind("@", 0, authority_end)
+    if at != -1:
+        return at
+    # An unescaped '/' or '?' in the password ends the authority inside it:
+    # then the user information may reach as far as the last '@'.
+    return rest.rfind("@")
+
+
+def _redact_option(item: str) -> str:
+    name, equals, value = item.partition("=")
+    if not equals:
+        return item
+    if _looks_secret(unquote_plus(name)):
+        return f"{name}=***"
+    if unquote_plus(name).lower() != "authmechanismproperties":
+        return item
+    shown = []
+    for part in value.split(","):
+        key, colon, _ = part.partition(":")
+        shown.append(f"{key}:***" if colon and _secret_property(key) else
+                     part if colon else "***")
+    return f"{name}={','.join(shown)}"
 
 
 def _find_word(text: str, word: str) -> int:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
+import socket
 import struct
 import time
 import tracemalloc
@@ -37,6 +38,7 @@ from greenpool.check import EXIT_CODES
 from greenpool.check import main as check_main
 from greenpool.errors import AuthenticationError, ConfigurationError, NotMongoDBError
 from greenpool.link import LinkOptions, connect, establishment_deadline, handshake_completed
+from greenpool.uri import redact_uri, uri_secrets
 from tests.events import AllEvents
 from tests.fake_scram import FakeScramServer
 from tests.fake_server import MORE_TO_COME, OP_MSG, FakeServer, Raw, Request, block, op_msg
@@ -570,3 +572,47 @@ def test_an_http_server_is_reported_as_not_mongodb(capsys: pytest.CaptureFixture
         "handshake, but is not a MongoDB server (message length "), err
     assert err.rstrip().endswith(
         "(check the port: another service (a web server?) listens there)"), err
+
+
+# -- 7. check redacts every secret -------------------------------------------------------------
+
+
+def _nothing_listens() -> str:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{sock.getsockname()[1]}"
+
+
+# (connection string with {host}, the secrets as written, the URI line check prints)
+_SECRETS = [
+    ("mongodb://app:Sup3rS3cret/tailPart@{host}/", ["Sup3rS3cret", "tailPart"],
+     "mongodb://app:***@{host}/"),
+    ("mongodb://app:Qu3ryS3cret?tailPart@{host}/", ["Qu3ryS3cret", "tailPart"],
+     "mongodb://app:***@{host}/"),
+    ("mongodb://app:Wh0le%40S3cret%2F%3F@{host}/", ["Wh0le%40S3cret%2F%3F", "Wh0le@S3cret/?"],
+     "mongodb://app:***@{host}/"),
+    ("mongodb://app:At@Sign@S3cret@{host}/", ["At@Sign@S3cret", "Sign"],
+     "mongodb://app:***@{host}/"),
+    ("mongodb://{host}/?authMechanism=MONGODB-AWS&authMechanismProperties="
+     "AWS_SESSION_TOKEN:FwoGZXIvYXdzEJr%2BT0ken%3D", ["FwoGZXIvYXdzEJr", "T0ken"],
+     "mongodb://{host}/?authMechanism=MONGODB-AWS&authMechanismProperties=AWS_SESSION_TOKEN:***"),
+    ("mongodb://{host}/?tls=true&tlsCertificateKeyFilePassword=K3yP%26ss&w=1", ["K3yP"],
+     "mongodb://{host}/?tls=true&tlsCertificateKeyFilePassword=***&w=1"),
+]
+
+
+@pytest.mark.parametrize(("template", "secrets", "shown"), _SECRETS,
+                         ids=["slash", "question-mark", "escaped", "at-signs", "aws-token",
+                              "key-password"])
+def test_check_never_prints_a_secret(capsys: pytest.CaptureFixture[str], template: str,
+                                     secrets: list[str], shown: str) -> None:
+    host = _nothing_listens()
+    code = check_main([template.format(host=host), "--timeout", "0.5"])
+    out, err = capsys.readouterr()
+    assert code != 0
+    assert out.splitlines()[0] == f"URI: {shown.format(host=host)}"
+    assert err.startswith("greenpool check: "), err
+    for secret in secrets:
+        assert secret not in out + err
+    assert redact_uri(template.format(host=host)) == shown.format(host=host)
+    assert all(secret in "".join(uri_secrets(template.format(host=host))) for secret in secrets)
