@@ -20,6 +20,8 @@ names the option and the value as written.
 
 from __future__ import annotations
 
+import difflib
+import functools
 import hmac
 import os
 import re
@@ -33,6 +35,7 @@ from urllib.parse import unquote_plus
 
 import gevent.lock
 import pymongo
+from pymongo import common as _pymongo_common
 from pymongo import errors as _pymongo_errors
 
 try:  # PyMongo 4.12 and later
@@ -82,6 +85,15 @@ _SRV_HINT = (
 )
 
 _PYMONGO_DIR = os.path.dirname(pymongo.__file__)
+
+# The option names PyMongo knows, in lower case (its lookup is case-insensitive).
+_KNOWN_OPTIONS: frozenset[str] = frozenset(_pymongo_common.URI_OPTIONS_VALIDATOR_MAP)
+# In PyMongo's order, which decides between equally near misses.
+_KNOWN_OPTIONS_IN_ORDER = tuple(_pymongo_common.URI_OPTIONS_VALIDATOR_MAP)
+# Unknown options are warned about one by one up to this many, then in one
+# summary warning: a connection string with thousands of them (a generated
+# or hostile one) costs neither a warning nor a near-miss search for each.
+_UNKNOWN_OPTION_WARNINGS = 20
 
 # warnings.catch_warnings swaps process-wide state, and an SRV lookup yields to
 # other greenlets in the middle of it: two parses interleaving would restore
@@ -288,7 +300,12 @@ with loadBalanced=true
     if not isinstance(uri, str):
         raise ConfigurationError(f"a connection string must be a str, not {type(uri).__name__}")
     written = _Written.of(uri)
-    outcome, caught = _run_pymongo_parser(uri)
+    # PyMongo looks for near misses of each unknown option (a difflib search
+    # over every option name, milliseconds each): greenpool takes them out
+    # first and warns about them itself, so parsing stays linear.
+    known_only, unknown = _split_unknown_options(uri)
+    outcome, caught = _run_pymongo_parser(known_only)
+    _warn_unknown(unknown, written)
     _reemit(caught, written)
     if isinstance(outcome, Exception):
         # Raised here, outside the handler, so that PyMongo's unredacted
@@ -309,6 +326,51 @@ def _run_pymongo_parser(
             return exc, caught
 
 
+def _split_unknown_options(uri: str) -> tuple[str, list[tuple[str, str]]]:
+    """``uri`` without the options PyMongo does not know, and those options
+    (name and value as written). A connection string whose structure is in
+    doubt (no '/' before the options, mixed separators, an item that is not
+    one ``name=value``) keeps them, for PyMongo to judge."""
+    scheme, sep, rest = uri.partition("://")
+    host_part, slash, path_part = rest.partition("/")
+    database, question, query = path_part.partition("?")
+    if not (sep and slash and question) or ("&" in query and ";" in query):
+        return uri, []
+    delimiter = "&" if "&" in query else ";"
+    kept, unknown = [], []
+    for item in query.split(delimiter):
+        name, equals, value = item.partition("=")
+        # PyMongo looks names up as written, in lower case.
+        if equals and "=" not in value and name.lower() not in _KNOWN_OPTIONS:
+            unknown.append((name, value))
+        else:
+            kept.append(item)
+    if not unknown:
+        return uri, []
+    options = f"?{delimiter.join(kept)}" if kept else ""
+    return f"{scheme}://{host_part}/{database}{options}", unknown
+
+
+def _warn_unknown(unknown: list[tuple[str, str]], written: _Written) -> None:
+    """Warn about unknown options as PyMongo does (the last of repeated ones)."""
+    last = {name.lower(): (name, value) for name, value in unknown}
+    for index, (name, value) in enumerate(last.values()):
+        if index == _UNKNOWN_OPTION_WARNINGS:
+            warnings.warn(
+                f"{len(last) - index} more unknown options in the connection string are "
+                "ignored too", UserWarning, stacklevel=4)
+            return
+        text = f"Unknown option: {name.lower()}."  # as PyMongo names it
+        suggestions = difflib.get_close_matches(name.lower(), _KNOWN_OPTIONS_IN_ORDER,
+                                                cutoff=0.2)
+        if suggestions:
+            text += (f" Did you mean one of ({', '.join(suggestions)}) or maybe a camelCase "
+                     "version of one? Refer to docstring.")
+        shown = f"{unquote_plus(name)}={unquote_plus(value)!r}"
+        warnings.warn(written.redact(f"{text} (connection string option {shown})"),
+                      UserWarning, stacklevel=4)
+
+
 def _reemit(caught: list[warnings.WarningMessage], written: _Written) -> None:
     seen: set[tuple[str, type[Warning]]] = set()
     for record in caught:
@@ -317,11 +379,13 @@ def _reemit(caught: list[warnings.WarningMessage], written: _Written) -> None:
             warnings.warn_explicit(record.message, record.category, record.filename,
                                    record.lineno, source=record.source)
             continue
-        text = written.describe(str(record.message))
-        # Some PyMongo versions validate the options twice: say it once.
-        if (text, record.category) not in seen:
-            seen.add((text, record.category))
-            warnings.warn(text, record.category, stacklevel=3)
+        # Some PyMongo versions validate the options twice, and a repeated
+        # option is reported at each repetition: say each thing once.
+        message = str(record.message)
+        if (message, record.category) in seen:
+            continue
+        seen.add((message, record.category))
+        warnings.warn(written.describe(message), record.category, stacklevel=3)
 
 
 def _configuration_error(
@@ -499,6 +563,8 @@ class _Written:
     def redact(self, text: str) -> str:
         """``text`` with every secret replaced by ``***``."""
         for secret in self.secrets:
+            if secret not in text:
+                continue  # the common case, and much cheaper than the search
             # Whole words only: hiding "pass" inside "password" would tell
             # the reader what the password is.
             text = re.sub(rf"(?<!\w){re.escape(secret)}(?!\w)", "***", text)
@@ -512,6 +578,14 @@ class _Written:
             message = f"{message} (connection string option {name}={value!r})"
         return self.redact(message)
 
+    @functools.cached_property
+    def _known_options(self) -> dict[str, tuple[str, str]]:
+        # The options PyMongo's messages can be about (it never sees the
+        # unknown ones), by lower-case name; PyMongo keeps the last of
+        # repeated options, so does this.
+        return {name.lower(): (name, value) for name, value in self.options
+                if name.lower() in _KNOWN_OPTIONS}
+
     def option_holding(self, value: str) -> str | None:
         """The name of the option whose value is ``value``."""
         return next((name for name, given in self.options if given == value), None)
@@ -524,9 +598,7 @@ class _Written:
         lowered = message.lower()
         squeezed = re.sub(r"[\s_]", "", lowered)
         hits: list[tuple[int, int, int, tuple[str, str]]] = []
-        # PyMongo keeps the last of repeated options: so does this.
-        for key, (name, value) in {name.lower(): (name, value)
-                                   for name, value in self.options}.items():
+        for key, (name, value) in self._known_options.items():
             hits.append((_find_word(lowered, key), -len(key), 0, (name, value)))
             if len(key) > 3:  # a short name ("w") would be found in any squeezed text
                 hits.append((squeezed.find(key), -len(key), 0, (name, value)))

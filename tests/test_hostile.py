@@ -16,6 +16,7 @@ import socket
 import struct
 import time
 import tracemalloc
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -38,7 +39,7 @@ from greenpool.check import EXIT_CODES
 from greenpool.check import main as check_main
 from greenpool.errors import AuthenticationError, ConfigurationError, NotMongoDBError
 from greenpool.link import LinkOptions, connect, establishment_deadline, handshake_completed
-from greenpool.uri import redact_uri, uri_secrets
+from greenpool.uri import parse_uri, redact_uri, uri_secrets
 from tests.events import AllEvents
 from tests.fake_scram import FakeScramServer
 from tests.fake_server import MORE_TO_COME, OP_MSG, FakeServer, Raw, Request, block, op_msg
@@ -616,3 +617,48 @@ def test_check_never_prints_a_secret(capsys: pytest.CaptureFixture[str], templat
         assert secret not in out + err
     assert redact_uri(template.format(host=host)) == shown.format(host=host)
     assert all(secret in "".join(uri_secrets(template.format(host=host))) for secret in secrets)
+
+
+# -- 5. connection strings parse in linear time ---------------------------------------------------
+
+
+def _parse_timed(uri: str) -> tuple[float, list[warnings.WarningMessage], Any]:
+    started = time.perf_counter()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        settings = parse_uri(uri)
+    return time.perf_counter() - started, caught, settings
+
+
+@pytest.mark.parametrize("make", [
+    lambda n: "&".join(f"unknownOption{i}=1" for i in range(n)),
+    lambda n: "&".join(f"xPassword{i}=hidden{i}" for i in range(n)),
+    lambda n: "&".join("w=1" for _ in range(n)),
+], ids=["unknown", "secret-looking", "repeated"])
+def test_many_options_parse_in_linear_time(make: Any) -> None:
+    small, _, _ = _parse_timed(f"mongodb://app:pw@h/?maxPoolSize=7&{make(2_000)}")
+    large, caught, settings = _parse_timed(f"mongodb://app:pw@h/?maxPoolSize=7&{make(10_000)}")
+    print(f"\n2,000 options: {small:.3f} s; 10,000 options: {large:.3f} s")
+    # Generous (the machine is shared): well under a second on a quiet one,
+    # where the quadratic parse took over 60 s for 2,000 unknown options.
+    assert large < 5.0
+    assert settings.pool.max_pool_size == 7
+    assert len(caught) <= 21
+    for record in caught:
+        assert "hidden" not in str(record.message)
+
+
+def test_unknown_options_are_still_warned_about_one_by_one_then_summed_up() -> None:
+    uri = "mongodb://h/?" + "&".join(f"unknownOption{i}={i}" for i in range(25)) + "&maxPolSize=3"
+    _, caught, settings = _parse_timed(uri)
+    messages = [str(record.message) for record in caught]
+    assert messages[0].startswith("Unknown option: unknownoption0. Did you mean one of (")
+    assert messages[0].endswith(" (connection string option unknownOption0='0')")
+    assert len(messages) == 21
+    assert messages[-1] == "6 more unknown options in the connection string are ignored too"
+    assert settings.pool.max_pool_size == 100
+    _, caught, _ = _parse_timed("mongodb://h/?maxPolSize=3")
+    assert [str(r.message) for r in caught] == [
+        "Unknown option: maxpolsize. Did you mean one of (maxpoolsize, minpoolsize, "
+        "srvmaxhosts) or maybe a camelCase version of one? Refer to docstring. "
+        "(connection string option maxPolSize='3')"]  # as before, from PyMongo
