@@ -28,21 +28,23 @@ ever contains the password.
 from __future__ import annotations
 
 import base64
-import functools
 import hashlib
 import hmac
 import secrets
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
-from pymongo.errors import OperationFailure
+import gevent
+from pymongo.errors import InvalidName, OperationFailure
 from pymongo.saslprep import saslprep
 
 from greenpool.errors import AuthenticationError, ConfigurationError
-from greenpool.wire import check_reply
+from greenpool.wire import check_database_name, check_reply
 
 __all__ = [
+    "MAX_ITERATIONS",
     "MECHANISMS",
     "MIN_ITERATIONS",
     "SCRAM_SHA_1",
@@ -61,6 +63,11 @@ SCRAM_SHA_256 = "SCRAM-SHA-256"
 MECHANISMS = frozenset({SCRAM_SHA_1, SCRAM_SHA_256})
 #: The auth spec's floor: fewer iterations would be a downgrade attack.
 MIN_ITERATIONS = 4096
+#: The most iterations greenpool derives a key with. MongoDB's defaults are
+#: 10,000 (SCRAM-SHA-1) and 15,000 (SCRAM-SHA-256); a count above this
+#: ceiling is refused with AuthenticationError, since a hostile server could
+#: otherwise ask for 2**31 - 1 and make each connection spend minutes of CPU.
+MAX_ITERATIONS = 10_000_000
 
 #: Sends one command to the source database and returns the server's reply
 #: (checked or not: :func:`authenticate` checks it again).
@@ -108,6 +115,10 @@ class Credentials:
             raise ConfigurationError("SCRAM authentication needs a password (a str)")
         if not self.source:
             raise ConfigurationError("authSource must not be empty")
+        try:
+            check_database_name(self.source)  # "$external" included
+        except (InvalidName, TypeError) as exc:
+            raise ConfigurationError(f"authSource: {exc}") from None
         if self.mechanism_properties:
             names = ", ".join(sorted(self.mechanism_properties))
             raise ConfigurationError(f"SCRAM takes no mechanism properties (got {names})")
@@ -319,7 +330,12 @@ def _prepare_password(credentials: Credentials, mechanism: str) -> bytes:
         raise ConfigurationError(f"the password cannot be used with {mechanism}: {exc}") from None
 
 
-@functools.lru_cache(maxsize=64)
+_KeyCacheKey: TypeAlias = tuple[str, bytes, bytes, int]
+# The most recently used derived keys, most recent last.
+_KEY_CACHE: OrderedDict[_KeyCacheKey, tuple[bytes, bytes]] = OrderedDict()
+_KEY_CACHE_SIZE = 64
+
+
 def _scram_keys(
     hash_name: str, password: bytes, salt: bytes, iterations: int
 ) -> tuple[bytes, bytes]:
@@ -327,7 +343,24 @@ def _scram_keys(
 
     Keyed by mechanism (hash), password, salt and iteration count, as the auth
     spec asks, so a changed password or a re-salted user misses the cache.
+    A miss derives the keys in gevent's threadpool: PBKDF2 releases the GIL,
+    so other greenlets keep running while it works (it would otherwise hold
+    the hub for as long as the server's iteration count makes it take).
     """
+    key = (hash_name, password, salt, iterations)
+    keys = _KEY_CACHE.get(key)
+    if keys is None:
+        keys = gevent.get_hub().threadpool.apply(_derive_keys, key)
+        _KEY_CACHE[key] = keys
+        while len(_KEY_CACHE) > _KEY_CACHE_SIZE:
+            _KEY_CACHE.popitem(last=False)
+    _KEY_CACHE.move_to_end(key)
+    return keys
+
+
+def _derive_keys(
+    hash_name: str, password: bytes, salt: bytes, iterations: int
+) -> tuple[bytes, bytes]:
     salted_password = hashlib.pbkdf2_hmac(hash_name, password, salt, iterations)
     return (
         _hmac(hash_name, salted_password, b"Client Key"),
@@ -394,9 +427,18 @@ def _parse_challenge(server_first: str, client_nonce: str) -> tuple[str, bytes, 
     iterations_text = _required(attributes, "i")
     if not (iterations_text.isascii() and iterations_text.isdigit()):
         raise _Violation(f"the iteration count {iterations_text[:20]!r} is not a number")
+    if len(iterations_text.lstrip("0")) > len(str(MAX_ITERATIONS)):
+        # Not even converted: int() of a long enough digit string raises.
+        shown = iterations_text if len(iterations_text) <= 20 else f"{iterations_text[:20]}..."
+        raise _Violation(
+            f"the server asks for {shown} iterations; at most {MAX_ITERATIONS} are allowed")
     iterations = int(iterations_text)
     if iterations < MIN_ITERATIONS:
         raise _Violation(
             f"the server asks for {iterations} iterations; at least {MIN_ITERATIONS} are required"
+        )
+    if iterations > MAX_ITERATIONS:
+        raise _Violation(
+            f"the server asks for {iterations} iterations; at most {MAX_ITERATIONS} are allowed"
         )
     return nonce, salt, iterations

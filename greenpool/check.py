@@ -11,7 +11,8 @@ greenlets::
 (``python`` being the environment greenpool is installed in: ``.venv/bin/python``
 in a clone set up by ``tools/dev.py``.)
 
-The connection string is printed with its password replaced by ``***``.
+The connection string is printed with its password and other secrets (see
+:func:`greenpool.uri.redact_uri`) replaced by ``***``.
 When something fails, one line on standard error says what, and the exit
 status tells the class of failure:
 
@@ -25,6 +26,8 @@ code   meaning
 4      TLS: the handshake failed (certificate, host name, protocol)
 5      authentication: the server refused the credentials
 6      unreachable: connection refused, or no answer in time
+7      not MongoDB: something answered, but not as a MongoDB server
+       (a web server or another service at that host and port)
 =====  ===========================================================
 
 ``--timeout`` (seconds, 5 by default) is the serverSelectionTimeoutMS and the
@@ -37,7 +40,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import ipaddress
-import re
 import socket
 import ssl
 import statistics
@@ -52,10 +54,10 @@ from pymongo import errors as _pymongo_errors
 
 from greenpool.address import format_address
 from greenpool.client import Client, _link_options
-from greenpool.errors import AuthenticationError, ConfigurationError
+from greenpool.errors import AuthenticationError, ConfigurationError, NotMongoDBError
 from greenpool.link import Link
 from greenpool.monitoring import EventCounter
-from greenpool.uri import parse_uri
+from greenpool.uri import Secret, parse_uri, redact_uri, uri_secrets
 
 __all__ = ["EXIT_CODES", "Failure", "classify", "main", "redact_uri", "run_check"]
 
@@ -67,6 +69,7 @@ EXIT_CODES = {
     "TLS": 4,
     "authentication": 5,
     "unreachable": 6,
+    "not MongoDB": 7,
 }
 
 _HINTS = {
@@ -75,10 +78,9 @@ _HINTS = {
     "TLS": "check tlsCAFile (the CA that signed the server's certificate) and the host name",
     "authentication": "check the user name, the password, authSource and authMechanism",
     "unreachable": "check the host and port, that the server runs, and firewalls",
+    "not MongoDB": "check the port: another service (a web server?) listens there",
     "error": "see the message",
 }
-
-_SECRET_OPTION = re.compile(r"([?&][^=&]*(?:password|token|secret)[^=&]*=)[^&]*", re.IGNORECASE)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,29 +98,6 @@ class Failure:
     def line(self) -> str:
         """The line printed on standard error."""
         return f"greenpool check: {self.kind} failure: {self.message} ({_HINTS[self.kind]})"
-
-
-def redact_uri(uri: str) -> str:
-    """``uri`` with the password in its user information, and the values of
-    options that hold secrets, replaced by ``***``.
-
-    >>> redact_uri("mongodb://ann:s3cret@db.example.com/?tlsCertificateKeyFilePassword=x&w=1")
-    'mongodb://ann:***@db.example.com/?tlsCertificateKeyFilePassword=***&w=1'
-    """
-    scheme, sep, rest = uri.partition("://")
-    if not sep:
-        return "<not a mongodb:// URI>"
-    authority_end = len(rest)
-    for mark in "/?":
-        index = rest.find(mark)
-        if index != -1:
-            authority_end = min(authority_end, index)
-    # The user information ends at the last '@' of the authority.
-    at = rest.rfind("@", 0, authority_end)
-    if at != -1:
-        user = rest[:at].partition(":")[0]
-        rest = f"{user}:***{rest[at:]}"
-    return _SECRET_OPTION.sub(r"\1***", f"{scheme}://{rest}")
 
 
 def _chain(error: BaseException) -> Iterator[BaseException]:
@@ -149,6 +128,8 @@ def classify(error: BaseException, secrets: Sequence[str] = ()) -> Failure:
         isinstance(error, _pymongo_errors.OperationFailure) and error.code == 18
     ):
         kind = "authentication"
+    elif any(isinstance(e, NotMongoDBError) for e in chain):
+        kind = "not MongoDB"
     elif any(isinstance(e, socket.gaierror) for e in chain):
         kind = "DNS"
     elif any(isinstance(e, ssl.SSLError) for e in chain) or "TLS handshake failed" in text:
@@ -196,7 +177,7 @@ def run_check(
         print(text, file=out, flush=True)
 
     say(f"URI: {redact_uri(uri)}")
-    secrets: list[str] = []
+    secrets = list(uri_secrets(uri))
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -207,6 +188,9 @@ def run_check(
         credentials = settings.credentials
         if credentials is not None and credentials.password is not None:
             secrets.append(credentials.password.reveal())
+        for value in (credentials.mechanism_properties.values() if credentials else ()):
+            if isinstance(value, Secret):
+                secrets.append(value.reveal())
         limit_ms = f"{timeout * 1000:g}"
         client_uri = _with_default_options(
             uri, {"serverSelectionTimeoutMS": limit_ms, "connectTimeoutMS": limit_ms})

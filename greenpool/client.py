@@ -45,20 +45,22 @@ from typing import Any
 
 from bson.binary import UUID_SUBTYPE, Binary
 from pymongo import monitoring as _m
-from pymongo.errors import ConnectionFailure, InvalidOperation, PyMongoError
+from pymongo.errors import AutoReconnect, ConnectionFailure, InvalidOperation, PyMongoError
 
-from greenpool.address import Address
+from greenpool.address import Address, format_address
+from greenpool.auth import MECHANISMS as LINK_MECHANISMS
 from greenpool.auth import Credentials as LinkCredentials
 from greenpool.commands import CommandPublisher
 from greenpool.cursor import Cursor
-from greenpool.errors import ConfigurationError
+from greenpool.errors import ConfigurationError, ProtocolError
+from greenpool.handshake import check_hello_fields
 from greenpool.link import Link, LinkOptions, connect, make_connector
 from greenpool.pool import Connection, Pool, PoolStats, Purpose
 from greenpool.sdam import Phase
 from greenpool.session import Session
 from greenpool.topology import Topology
 from greenpool.uri import ClientSettings, parse_uri
-from greenpool.wire import next_request_id
+from greenpool.wire import check_database_name, next_request_id
 
 __all__ = ["Client"]
 
@@ -318,8 +320,7 @@ class Client:
     def _prepare(self, dbname: str, command: Mapping[str, Any],
                  session: Session | None) -> dict[str, Any]:
         self._check_open()
-        if not isinstance(dbname, str) or not dbname:
-            raise InvalidOperation(f"dbname must be a non-empty str, not {dbname!r}")
+        check_database_name(dbname)
         if not isinstance(command, Mapping) or not command:
             raise InvalidOperation(
                 f"command must be a non-empty document whose first key is the command's "
@@ -352,6 +353,15 @@ class Client:
                               request_id, self.address, service_id, server_id)
             self.topology.handle_error(error, Phase.OPERATION, conn)
             self._transaction_error(session, name, error)
+            raise
+        except BaseException as error:
+            # Not a refusal nor a network error (a bug, an unencodable
+            # document, a kill): whatever the connection's state, it is not
+            # known to be clean, so checkin closes it.
+            conn.mark_errored(error)
+            if events.listeners and isinstance(error, Exception):
+                events.failed(time.perf_counter() - started, error, command, dbname,
+                              request_id, self.address, service_id, server_id)
             raise
         if events.listeners:
             events.succeeded(time.perf_counter() - started, reply, name, dbname, request_id,
@@ -443,6 +453,11 @@ class _LinkChecker:
             assert self._link.hello is not None
             return dict(self._link.hello), time.perf_counter() - started
         reply = self._link.command("admin", {"hello": 1})
+        try:
+            check_hello_fields(reply)  # as the handshake's reply was
+        except ProtocolError as exc:
+            self.close()
+            raise AutoReconnect(f"{format_address(self._address)}: {exc}") from exc
         return reply, time.perf_counter() - started
 
     def close(self) -> None:
@@ -494,10 +509,15 @@ def _credentials(settings: ClientSettings) -> LinkCredentials | None:
     given = settings.credentials
     if given is None:
         return None
-    if given.username is None or given.password is None:
+    if given.mechanism not in (None, *LINK_MECHANISMS) or given.username is None:
         raise ConfigurationError(
             f"authentication mechanism {given.mechanism!r} is not supported by "
             f"greenpool.Client, which speaks SCRAM-SHA-256 and SCRAM-SHA-1")
+    if given.password is None:
+        raise ConfigurationError(
+            f"a password is required: the connection string names the user "
+            f"{given.username!r} but no password (mongodb://user:password@host/; "
+            f"SCRAM-SHA-256 and SCRAM-SHA-1 need one)")
     return LinkCredentials(given.username, given.password.reveal(), given.source,
                            given.mechanism, given.mechanism_properties)
 

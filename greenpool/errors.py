@@ -125,6 +125,14 @@ class ProtocolError(_pymongo_errors.ProtocolError):
     __module__ = "greenpool"
 
 
+class NotMongoDBError(ProtocolError):
+    """The handshake's reply was not a MongoDB message at all: something
+    listens at the address (a web server, another service), but it is not a
+    MongoDB server. It is the ``__cause__`` of the
+    :class:`pymongo.errors.AutoReconnect` the handshake raises.
+    """
+
+
 class AuthenticationError(_pymongo_errors.OperationFailure):
     """Authentication failed: the server refused the credentials, or could not
     prove that it knows them.

@@ -19,19 +19,22 @@ monitor uses for the connection's later checks.
 
 from __future__ import annotations
 
+import datetime
 import functools
+import math
 import platform
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import bson
 import gevent
+from bson.objectid import ObjectId
 from pymongo import common
 from pymongo.errors import ConfigurationError as PyMongoConfigurationError
 
 from greenpool._version import __version__
-from greenpool.address import Address, format_address
-from greenpool.errors import ConfigurationError
+from greenpool.address import Address, format_address, parse_address
+from greenpool.errors import ConfigurationError, ProtocolError
 
 __all__ = [
     "LOAD_BALANCER_UNSUPPORTED",
@@ -40,6 +43,7 @@ __all__ = [
     "MAX_WIRE_VERSION",
     "MIN_WIRE_VERSION",
     "check_app_name",
+    "check_hello_fields",
     "check_hello_reply",
     "client_metadata",
     "hello_command",
@@ -209,7 +213,8 @@ def check_hello_reply(
 ) -> None:
     """Refuse a successful hello reply that greenpool cannot work with.
 
-    In load-balanced mode a reply without ``serviceId`` raises
+    Its fields must pass :func:`check_hello_fields`. In load-balanced mode
+    a reply without ``serviceId`` raises
     :class:`pymongo.errors.ConfigurationError` with exactly the Load
     Balancer spec's message (:data:`LOAD_BALANCER_UNSUPPORTED`). A server
     whose wire-version range does not overlap greenpool's raises
@@ -217,6 +222,7 @@ def check_hello_reply(
     """
     if load_balanced and "serviceId" not in reply:
         raise PyMongoConfigurationError(LOAD_BALANCER_UNSUPPORTED)
+    check_hello_fields(reply)
     low, high = reply.get("minWireVersion", 0), reply.get("maxWireVersion", 0)
     if low > MAX_WIRE_VERSION or high < MIN_WIRE_VERSION:
         verdict = "too new" if low > MAX_WIRE_VERSION else "too old"
@@ -225,3 +231,85 @@ def check_hello_reply(
             f"but greenpool {__version__} speaks {MIN_WIRE_VERSION} through {MAX_WIRE_VERSION} "
             f"(MongoDB {_MIN_SERVER_VERSION} and newer): the server is {verdict}"
         )
+
+
+# Hello fields greenpool or PyMongo's ServerDescription read, by the type
+# they must have. Checked once, when the reply arrives: a value of the wrong
+# type would otherwise raise a non-PyMongo error at every later use.
+_INTEGER_FIELDS = (
+    "connectionId", "minWireVersion", "maxWireVersion", "maxBsonObjectSize",
+    "maxMessageSizeBytes", "maxWriteBatchSize", "logicalSessionTimeoutMinutes", "setVersion",
+)
+_POSITIVE_FIELDS = frozenset({"maxBsonObjectSize", "maxMessageSizeBytes", "maxWriteBatchSize"})
+_STRING_FIELDS = ("setName", "msg")
+_HOST_FIELDS = ("me", "primary")
+_HOST_LIST_FIELDS = ("hosts", "passives", "arbiters")
+_DOCUMENT_FIELDS = ("lastWrite", "topologyVersion", "tags", "speculativeAuthenticate")
+_STRING_LIST_FIELDS = ("compression", "saslSupportedMechs")
+
+
+def check_hello_fields(reply: Mapping[str, Any]) -> None:
+    """Refuse a hello reply whose fields have types greenpool or PyMongo
+    cannot use, raising :class:`~greenpool.errors.ProtocolError` naming the
+    field and its value: integers (``connectionId``, the wire versions, the
+    size limits...), strings (``setName``, ``msg``), ``"host:port"`` strings
+    (``me``, ``primary``) and lists of them (``hosts``...), documents
+    (``lastWrite``, ``topologyVersion``...), lists of strings
+    (``compression``, ``saslSupportedMechs``) and an ObjectId ``serviceId``.
+    Absent fields are fine.
+    """
+    for name in _INTEGER_FIELDS:
+        if name in reply and not _is_integer(reply[name], positive=name in _POSITIVE_FIELDS):
+            wanted = "a positive integer" if name in _POSITIVE_FIELDS else "an integer"
+            _refuse(name, reply[name], wanted)
+    for name in _STRING_FIELDS:
+        if name in reply and not isinstance(reply[name], str):
+            _refuse(name, reply[name], "a string")
+    for name in _HOST_FIELDS:
+        if name in reply and not _is_host_list([reply[name]]):
+            _refuse(name, reply[name], 'a "host:port" string')
+    for name in _HOST_LIST_FIELDS:
+        if name in reply and not _is_host_list(reply[name]):
+            _refuse(name, reply[name], 'a list of "host:port" strings')
+    for name in _DOCUMENT_FIELDS:
+        if name in reply and not isinstance(reply[name], Mapping):
+            _refuse(name, reply[name], "a document")
+    for name in _STRING_LIST_FIELDS:
+        value = reply.get(name)
+        if name in reply and not (
+                isinstance(value, list) and all(isinstance(item, str) for item in value)):
+            _refuse(name, value, "a list of strings")
+    last_write = reply.get("lastWrite")
+    if isinstance(last_write, Mapping) and "lastWriteDate" in last_write and not isinstance(
+            last_write["lastWriteDate"], datetime.datetime):
+        _refuse("lastWrite.lastWriteDate", last_write["lastWriteDate"], "a date")
+    if "serviceId" in reply and not isinstance(reply["serviceId"], ObjectId):
+        _refuse("serviceId", reply["serviceId"], "an ObjectId")
+
+
+def _is_integer(value: object, *, positive: bool) -> bool:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
+        return False
+    return value > 0 if positive else True
+
+
+def _is_host_list(value: object) -> bool:
+    if not isinstance(value, list):
+        return False
+    for item in value:
+        if not isinstance(item, str):
+            return False
+        try:
+            parse_address(item)
+        except ValueError:
+            return False
+    return True
+
+
+def _refuse(name: str, value: object, wanted: str) -> None:
+    shown = repr(value)
+    if len(shown) > 60:
+        shown = shown[:57] + "..."
+    raise ProtocolError(f"invalid hello reply: {name} must be {wanted}, not {shown}")

@@ -59,7 +59,7 @@ from pymongo.errors import AutoReconnect, NetworkTimeout
 
 from greenpool.address import Address, format_address, parse_address
 from greenpool.auth import Credentials, ScramConversation, authenticate, handshake_fields
-from greenpool.errors import ConfigurationError, PoolClearedError, ProtocolError
+from greenpool.errors import ConfigurationError, NotMongoDBError, PoolClearedError, ProtocolError
 from greenpool.handshake import check_app_name, check_hello_reply, hello_command
 from greenpool.pool import Connection
 from greenpool.wire import (
@@ -83,6 +83,7 @@ __all__ = [
     "Link",
     "LinkOptions",
     "connect",
+    "establishment_deadline",
     "handshake_completed",
     "make_connector",
 ]
@@ -177,6 +178,10 @@ class LinkOptions:
 
 class _PeerClosed(Exception):
     """The server closed the connection (recv returned no bytes)."""
+
+
+class _EstablishmentTimedOut(TimeoutError):
+    """The whole establishment (connect, TLS, hello, authentication) ran past its deadline."""
 
 
 class Link:
@@ -332,6 +337,21 @@ class Link:
             else:
                 reply = check_reply(self._legacy_command("admin", command))
             check_hello_reply(reply, self.address, load_balanced=options.load_balanced)
+        except ProtocolError as exc:
+            # A hello with fields of the wrong type: the server is not
+            # usable as it answers, like a malformed message.
+            self.close()
+            raise AutoReconnect(f"{format_address(self.address)}: {exc}") from exc
+        except AutoReconnect as exc:
+            self.close()
+            if not isinstance(exc.__cause__, ProtocolError):
+                raise
+            # No MongoDB server answers a hello with a malformed message:
+            # something else listens there (a web server, another service).
+            not_mongodb = NotMongoDBError(
+                f"the server answered the handshake, but is not a MongoDB server "
+                f"({exc.__cause__})")
+            raise AutoReconnect(f"{format_address(self.address)}: {not_mongodb}") from not_mongodb
         except BaseException:
             self.close()
             raise
@@ -378,6 +398,7 @@ class Link:
         *,
         timeout: float | None = None,
         request_id: int | None = None,
+        exhaust_allowed: bool = False,
     ) -> dict[str, Any]:
         """Run ``command`` on database ``db`` and return the server's reply.
 
@@ -385,18 +406,24 @@ class Link:
         ``socket_timeout``). ``request_id`` is the message's requestID (by
         default a fresh one), for callers that publish it in events first.
         The reply has passed :func:`~greenpool.wire.check_reply`: a refused
-        command raises PyMongo's error and the link stays usable. If the reply
+        command raises PyMongo's error and the link stays usable.
+
+        ``exhaust_allowed`` lets the server answer with a stream: if the reply
         says more are coming (``moreToCome``), read them with :meth:`receive`.
+        Without it a reply flagged moreToCome is a protocol error that breaks
+        the link (AutoReconnect): the server would keep sending replies that
+        the next request would read as its own.
 
         Raises ``RuntimeError`` if another greenlet is using the link, or
         replies to the last request are still coming; nothing is sent then.
         """
         self._check_usable()
         request_id, data = encode_command(
-            command, db, request_id=request_id, compressor=self._compressor,
-            max_message_size=self._max_message_size,
+            command, db, request_id=request_id, exhaust_allowed=exhaust_allowed,
+            compressor=self._compressor, max_message_size=self._max_message_size,
         )
-        message = self._round_trip(request_id, data, timeout, self._read_message)
+        read = self._read_stream_start if exhaust_allowed else self._read_message
+        message = self._round_trip(request_id, data, timeout, read)
         return check_reply(message.document)
 
     def receive(self, *, timeout: float | None = None) -> dict[str, Any]:
@@ -409,7 +436,8 @@ class Link:
             raise RuntimeError(f"{self!r}: no more replies are coming")
         request_id, last_reply_id = self._more_to_come
         with self._exchange(timeout) as deadline:
-            message = self._read_op_msg(request_id, (last_reply_id, request_id), deadline)
+            message = self._read_op_msg(
+                request_id, (last_reply_id, request_id), deadline, stream=True)
         return check_reply(message.document)
 
     def _legacy_command(self, db: str, command: Mapping[str, Any]) -> dict[str, Any]:
@@ -478,6 +506,8 @@ class Link:
             # Closed under us by close() in another greenlet (whatever the
             # socket raised then), or by the server.
             error = AutoReconnect(f"{where}: connection closed")
+        elif isinstance(exc, _EstablishmentTimedOut):
+            error = NetworkTimeout(f"{where}: {exc}")
         elif isinstance(exc, TimeoutError):
             what = f"timed out after {timeout * 1000:g} ms" if timeout is not None else exc
             error = NetworkTimeout(f"{where}: {what}")
@@ -512,7 +542,9 @@ class Link:
         self._sock.settimeout(_remaining(deadline))
         self._sock.sendall(data)
 
-    def _recv_exactly(self, size: int, deadline: float | None) -> bytes:
+    def _recv_exactly(self, size: int, deadline: float | None) -> bytearray:
+        # The buffer itself, not a bytes() copy of it: a large reply would
+        # briefly take twice its size.
         buffer = bytearray(size)
         view = memoryview(buffer)
         received = 0
@@ -522,15 +554,20 @@ class Link:
             if not count:
                 raise _PeerClosed
             received += count
-        return bytes(buffer)
+        return buffer
 
     def _read_message(self, request_id: int, deadline: float | None) -> Message:
-        return self._read_op_msg(request_id, (request_id,), deadline)
+        return self._read_op_msg(request_id, (request_id,), deadline, stream=False)
+
+    def _read_stream_start(self, request_id: int, deadline: float | None) -> Message:
+        return self._read_op_msg(request_id, (request_id,), deadline, stream=True)
 
     def _read_op_msg(
-        self, request_id: int, answering: tuple[int, ...], deadline: float | None
+        self, request_id: int, answering: tuple[int, ...], deadline: float | None, *,
+        stream: bool,
     ) -> Message:
-        """The next OP_MSG, which must answer one of the ids in ``answering``.
+        """The next OP_MSG, which must answer one of the ids in ``answering``;
+        flagged moreToCome only if ``stream`` (the request allowed exhaust).
 
         A reply after a moreToCome one answers that reply as mongod numbers
         them, or the original request as some servers do: both are accepted.
@@ -540,6 +577,11 @@ class Link:
         body = self._recv_exactly(header.length - HEADER_SIZE, deadline)
         message = decode_message(header, body, max_message_size=limit)
         _check_response_to(message.response_to, answering)
+        if message.more_to_come and not stream:
+            raise ProtocolError(
+                "the server flagged its reply moreToCome (more replies follow) although the "
+                "request did not allow exhaust"
+            )
         self._more_to_come = (request_id, message.request_id) if message.more_to_come else None
         return message
 
@@ -633,6 +675,8 @@ def _open_tcp(host: str, port: int, timeout: float | None) -> Any:
     for family, kind, proto, _, sockaddr in candidates:
         try:
             return _connect_tcp(family, kind, proto, sockaddr, timeout)
+        except _EstablishmentTimedOut:
+            raise  # the whole establishment's time is up: no other address
         except OSError as exc:
             last_error = exc
     raise last_error or OSError(f"{host!r} resolved to no address")
@@ -693,6 +737,8 @@ def _start_tls(
 
 def _establishment_error(address: Address, exc: OSError, timeout: float | None) -> Exception:
     where = format_address(address)
+    if isinstance(exc, _EstablishmentTimedOut):
+        return NetworkTimeout(f"{where}: {exc}")
     if isinstance(exc, TimeoutError):
         limit = "no limit" if timeout is None else f"connectTimeoutMS: {timeout * 1000:g}"
         return NetworkTimeout(f"{where}: {exc} ({limit})")
@@ -719,13 +765,38 @@ def handshake_completed(error: BaseException) -> bool:
     return getattr(error, HANDSHAKE_COMPLETED, False) is True
 
 
+def establishment_deadline(options: LinkOptions, deadline: float | None = None) -> float | None:
+    """The :func:`time.monotonic` time by which a new link must be
+    established (connected, through TLS, the hello and authentication), or
+    None for no limit.
+
+    ``deadline``, when given, wins: it is how an operation's own time limit
+    (timeoutMS) bounds the connection it waits for. Otherwise it is
+    ``options.connect_timeout`` (connectTimeoutMS) from now, so a server that
+    accepts TCP and then never answers cannot hang a checkout, whatever
+    socketTimeoutMS says.
+    """
+    if deadline is not None:
+        return deadline
+    if options.connect_timeout is None:
+        return None
+    return time.monotonic() + options.connect_timeout
+
+
 def connect(
     address: Address | str,
     options: LinkOptions,
     *,
     connection: Connection[Any] | None = None,
+    deadline: float | None = None,
 ) -> Link:
     """Open a link, run the handshake and authenticate: an established link.
+
+    The whole establishment is bounded by :func:`establishment_deadline`
+    (connectTimeoutMS, or ``deadline``, a :func:`time.monotonic` time, when
+    given); past it, :class:`pymongo.errors.NetworkTimeout` naming the
+    address. Each step keeps its own limit too (connectTimeoutMS for
+    connecting and TLS, socketTimeoutMS for each round trip).
 
     With ``connection`` (a pending pool connection) in load-balanced mode,
     ``connection.service_id`` is set from the hello reply before
@@ -738,16 +809,34 @@ def connect(
     """
     completed = False
     link: Link | None = None
+    given = deadline is not None
+    deadline = establishment_deadline(options, deadline)
+    limit = None if deadline is None else deadline - time.monotonic()
+    if given or options.connect_timeout is None:
+        bound = "the operation's deadline"
+    else:
+        bound = f"connectTimeoutMS: {options.connect_timeout * 1000:g}"
+    timed_out = _EstablishmentTimedOut(f"connection establishment timed out ({bound})")
     try:
-        link = Link.open(address, options, connection=connection)
-        link.handshake()
-        completed = True
-        if connection is not None and options.load_balanced:
-            connection.service_id = link.service_id
-        link.authenticate()
+        if limit is not None and limit <= 0:
+            raise timed_out
+        # One timer for every step, whichever yields (DNS, TCP, TLS, the
+        # hello, authentication, key derivation in the threadpool).
+        with gevent.Timeout(limit, timed_out):
+            link = Link.open(address, options, connection=connection)
+            link.handshake()
+            completed = True
+            if connection is not None and options.load_balanced:
+                connection.service_id = link.service_id
+            link.authenticate()
     except Exception as error:
         if link is not None:
             link.close()
+        if error is timed_out:
+            # Between steps, where no link turned it into a network error.
+            error = NetworkTimeout(f"{format_address(parse_address(address))}: {timed_out}")
+            setattr(error, HANDSHAKE_COMPLETED, completed)
+            raise error from timed_out
         setattr(error, HANDSHAKE_COMPLETED, completed)
         raise
     except BaseException:

@@ -32,6 +32,7 @@ from pymongo.server_description import ServerDescription
 from pymongo.topology_description import TOPOLOGY_TYPE, TopologyDescription
 
 from greenpool.address import Address, format_address
+from greenpool.errors import ProtocolError
 from greenpool.link import handshake_completed
 from greenpool.pool import Connection, Pool
 from greenpool.sdam import ErrorContext, Phase, Verdict, check_failed, judge
@@ -153,11 +154,12 @@ class Topology:
 
     # -- what checks and errors tell us ---------------------------------------------------
 
-    def check_succeeded(self, reply: dict[str, Any], round_trip: float) -> None:
-        """A monitor check succeeded: describe the server, resume the pool."""
+    def check_succeeded(self, description: ServerDescription) -> None:
+        """A monitor check succeeded (``description`` is its reply, parsed):
+        describe the server, resume the pool."""
         if self._closed:
             return
-        self._change_server(ServerDescription(self.address, Hello(reply), round_trip))
+        self._change_server(description)
         self.pool.ready()
         self._known.deliver_all(True)
 
@@ -310,26 +312,59 @@ class Monitor:
     def _run(self) -> None:
         frequency = self._topology._settings.heartbeat_frequency
         while not self._stopped:
-            was_known = self._topology.server.is_server_type_known
-            failed = self._check_once()
-            if isinstance(failed, ConnectionFailure) and was_known and not self._stopped:
-                self._check_once()  # a network error on a known server: retry at once (SDAM)
-            self._alarm.sleep(frequency)
-            # Requested checks may come early, but not more often than 500 ms.
-            while (early := MIN_HEARTBEAT_FREQUENCY - (time.monotonic() - self._last_check)) > 0:
-                self._alarm.sleep(early)
+            try:
+                self._cycle(frequency)
+            except Exception:
+                # Never reached by a failing check (that is reported as a
+                # failed check); a bug must not end monitoring while the
+                # client is open, or every selection would time out forever.
+                _LOG.exception("greenpool: the monitor of %s raised; it keeps checking",
+                               format_address(self._topology.address))
+                with contextlib.suppress(Exception):
+                    self._alarm.sleep(frequency)
+
+    def _cycle(self, frequency: float) -> None:
+        was_known = self._topology.server.is_server_type_known
+        failed = self._check_once()
+        if isinstance(failed, ConnectionFailure) and was_known and not self._stopped:
+            self._check_once()  # a network error on a known server: retry at once (SDAM)
+        self._alarm.sleep(frequency)
+        # Requested checks may come early, but not more often than 500 ms.
+        while (early := MIN_HEARTBEAT_FREQUENCY - (time.monotonic() - self._last_check)) > 0:
+            self._alarm.sleep(early)
 
     def _check_once(self) -> BaseException | None:
+        """One check; whatever fails in it (connecting, the hello, parsing the
+        reply, applying it) is a failed check, reported with that error."""
         topology = self._topology
         self._last_check = time.monotonic()
-        topology._emit("started", _m.ServerHeartbeatStartedEvent(topology.address, False))
         started = time.monotonic()
         epoch = self._epoch
         checker = self._checker
         try:
+            topology._emit("started", _m.ServerHeartbeatStartedEvent(topology.address, False))
             if checker is None:
                 checker = self._checker = self._make_checker()
             reply, round_trip = checker.check()
+            if self._epoch != epoch:
+                # Cancelled while connecting, or forked: this reply may be another
+                # process's, and this checker is no longer the monitor's.
+                if checker is not self._checker:
+                    with contextlib.suppress(Exception):
+                        checker.close()
+                return None
+            # Parsed here, so that a reply PyMongo cannot parse (``me: 5``, a
+            # host "db1:27017x") fails this check instead of the monitor.
+            try:
+                hello = Hello(reply)
+                description = ServerDescription(topology.address, hello, round_trip)
+            except Exception as exc:
+                raise ProtocolError(
+                    f"{format_address(topology.address)}: PyMongo cannot parse the hello "
+                    f"reply: {exc!r}") from exc
+            topology._emit("succeeded", _m.ServerHeartbeatSucceededEvent(
+                round_trip, hello, topology.address, False))
+            topology.check_succeeded(description)
         except Exception as error:
             if self._epoch != epoch:
                 return None  # cancelled, forked or stopped meanwhile: not the server's doing
@@ -338,16 +373,6 @@ class Monitor:
                 time.monotonic() - started, error, topology.address, False))
             topology.check_failed(error)
             return error
-        if self._epoch != epoch:
-            # Cancelled while connecting, or forked: this reply may be another
-            # process's, and this checker is no longer the monitor's.
-            if checker is not self._checker:
-                with contextlib.suppress(Exception):
-                    checker.close()
-            return None
-        topology._emit("succeeded", _m.ServerHeartbeatSucceededEvent(
-            round_trip, Hello(reply), topology.address, False))
-        topology.check_succeeded(reply, round_trip)
         return None
 
 

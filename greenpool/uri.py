@@ -20,6 +20,8 @@ names the option and the value as written.
 
 from __future__ import annotations
 
+import difflib
+import functools
 import hmac
 import os
 import re
@@ -33,6 +35,7 @@ from urllib.parse import unquote_plus
 
 import gevent.lock
 import pymongo
+from pymongo import common as _pymongo_common
 from pymongo import errors as _pymongo_errors
 
 try:  # PyMongo 4.12 and later
@@ -44,7 +47,10 @@ from greenpool.address import Address
 from greenpool.errors import ConfigurationError
 from greenpool.options import PoolOptions
 
-__all__ = ["ClientSettings", "Credentials", "InvalidURIError", "Secret", "parse_uri"]
+__all__ = [
+    "ClientSettings", "Credentials", "InvalidURIError", "Secret", "parse_uri", "redact_uri",
+    "uri_secrets",
+]
 
 #: connectTimeoutMS when the connection string gives none (the URI spec's 20 s).
 DEFAULT_CONNECT_TIMEOUT: Final = 20.0
@@ -52,6 +58,13 @@ DEFAULT_CONNECT_TIMEOUT: Final = 20.0
 # Mechanisms whose users live outside MongoDB: their authSource is "$external".
 _EXTERNAL_MECHANISMS = frozenset({"GSSAPI", "MONGODB-X509", "MONGODB-AWS", "MONGODB-OIDC"})
 _PASSWORD_MECHANISMS = frozenset({"SCRAM-SHA-1", "SCRAM-SHA-256", "PLAIN"})
+
+# authMechanismProperties whose values may be shown (PyMongo's repr shows
+# these); every other one (AWS_SESSION_TOKEN, anything unknown) is hidden.
+_SHOWN_MECHANISM_PROPERTIES = frozenset({
+    "ALLOWED_HOSTS", "CANONICALIZE_HOST_NAME", "ENVIRONMENT", "SERVICE_HOST", "SERVICE_NAME",
+    "SERVICE_REALM", "TOKEN_RESOURCE",
+})
 
 # Options that turn TLS on when tls is not given (as PyMongo's client does), by
 # PyMongo's lower-case key, with the name a message shows.
@@ -72,6 +85,15 @@ _SRV_HINT = (
 )
 
 _PYMONGO_DIR = os.path.dirname(pymongo.__file__)
+
+# The option names PyMongo knows, in lower case (its lookup is case-insensitive).
+_KNOWN_OPTIONS: frozenset[str] = frozenset(_pymongo_common.URI_OPTIONS_VALIDATOR_MAP)
+# In PyMongo's order, which decides between equally near misses.
+_KNOWN_OPTIONS_IN_ORDER = tuple(_pymongo_common.URI_OPTIONS_VALIDATOR_MAP)
+# Unknown options are warned about one by one up to this many, then in one
+# summary warning: a connection string with thousands of them (a generated
+# or hostile one) costs neither a warning nor a near-miss search for each.
+_UNKNOWN_OPTION_WARNINGS = 20
 
 # warnings.catch_warnings swaps process-wide state, and an SRV lookup yields to
 # other greenlets in the middle of it: two parses interleaving would restore
@@ -278,7 +300,12 @@ with loadBalanced=true
     if not isinstance(uri, str):
         raise ConfigurationError(f"a connection string must be a str, not {type(uri).__name__}")
     written = _Written.of(uri)
-    outcome, caught = _run_pymongo_parser(uri)
+    # PyMongo looks for near misses of each unknown option (a difflib search
+    # over every option name, milliseconds each): greenpool takes them out
+    # first and warns about them itself, so parsing stays linear.
+    known_only, unknown = _split_unknown_options(uri)
+    outcome, caught = _run_pymongo_parser(known_only)
+    _warn_unknown(unknown, written)
     _reemit(caught, written)
     if isinstance(outcome, Exception):
         # Raised here, outside the handler, so that PyMongo's unredacted
@@ -299,6 +326,51 @@ def _run_pymongo_parser(
             return exc, caught
 
 
+def _split_unknown_options(uri: str) -> tuple[str, list[tuple[str, str]]]:
+    """``uri`` without the options PyMongo does not know, and those options
+    (name and value as written). A connection string whose structure is in
+    doubt (no '/' before the options, mixed separators, an item that is not
+    one ``name=value``) keeps them, for PyMongo to judge."""
+    scheme, sep, rest = uri.partition("://")
+    host_part, slash, path_part = rest.partition("/")
+    database, question, query = path_part.partition("?")
+    if not (sep and slash and question) or ("&" in query and ";" in query):
+        return uri, []
+    delimiter = "&" if "&" in query else ";"
+    kept, unknown = [], []
+    for item in query.split(delimiter):
+        name, equals, value = item.partition("=")
+        # PyMongo looks names up as written, in lower case.
+        if equals and "=" not in value and name.lower() not in _KNOWN_OPTIONS:
+            unknown.append((name, value))
+        else:
+            kept.append(item)
+    if not unknown:
+        return uri, []
+    options = f"?{delimiter.join(kept)}" if kept else ""
+    return f"{scheme}://{host_part}/{database}{options}", unknown
+
+
+def _warn_unknown(unknown: list[tuple[str, str]], written: _Written) -> None:
+    """Warn about unknown options as PyMongo does (the last of repeated ones)."""
+    last = {name.lower(): (name, value) for name, value in unknown}
+    for index, (name, value) in enumerate(last.values()):
+        if index == _UNKNOWN_OPTION_WARNINGS:
+            warnings.warn(
+                f"{len(last) - index} more unknown options in the connection string are "
+                "ignored too", UserWarning, stacklevel=4)
+            return
+        text = f"Unknown option: {name.lower()}."  # as PyMongo names it
+        suggestions = difflib.get_close_matches(name.lower(), _KNOWN_OPTIONS_IN_ORDER,
+                                                cutoff=0.2)
+        if suggestions:
+            text += (f" Did you mean one of ({', '.join(suggestions)}) or maybe a camelCase "
+                     "version of one? Refer to docstring.")
+        shown = f"{unquote_plus(name)}={unquote_plus(value)!r}"
+        warnings.warn(written.redact(f"{text} (connection string option {shown})"),
+                      UserWarning, stacklevel=4)
+
+
 def _reemit(caught: list[warnings.WarningMessage], written: _Written) -> None:
     seen: set[tuple[str, type[Warning]]] = set()
     for record in caught:
@@ -307,11 +379,13 @@ def _reemit(caught: list[warnings.WarningMessage], written: _Written) -> None:
             warnings.warn_explicit(record.message, record.category, record.filename,
                                    record.lineno, source=record.source)
             continue
-        text = written.describe(str(record.message))
-        # Some PyMongo versions validate the options twice: say it once.
-        if (text, record.category) not in seen:
-            seen.add((text, record.category))
-            warnings.warn(text, record.category, stacklevel=3)
+        # Some PyMongo versions validate the options twice, and a repeated
+        # option is reported at each repetition: say each thing once.
+        message = str(record.message)
+        if (message, record.category) in seen:
+            continue
+        seen.add((message, record.category))
+        warnings.warn(written.describe(message), record.category, stacklevel=3)
 
 
 def _configuration_error(
@@ -441,7 +515,9 @@ def _looks_secret(name: str) -> bool:
 def _conceal(name: str, value: Any) -> Any:
     """``value`` with what looks secret in it wrapped in a :class:`Secret`."""
     if name == "authmechanismproperties" and isinstance(value, Mapping):
-        return MappingProxyType({key: _conceal(key, item) for key, item in value.items()})
+        return MappingProxyType({
+            key: Secret(item) if isinstance(item, str) and _secret_property(key) else item
+            for key, item in value.items()})
     if isinstance(value, str) and _looks_secret(name):
         return Secret(value)
     return value
@@ -487,6 +563,8 @@ class _Written:
     def redact(self, text: str) -> str:
         """``text`` with every secret replaced by ``***``."""
         for secret in self.secrets:
+            if secret not in text:
+                continue  # the common case, and much cheaper than the search
             # Whole words only: hiding "pass" inside "password" would tell
             # the reader what the password is.
             text = re.sub(rf"(?<!\w){re.escape(secret)}(?!\w)", "***", text)
@@ -508,6 +586,14 @@ class _Written:
             message = named
         return self.redact(message)
 
+    @functools.cached_property
+    def _known_options(self) -> dict[str, tuple[str, str]]:
+        # The options PyMongo's messages can be about (it never sees the
+        # unknown ones), by lower-case name; PyMongo keeps the last of
+        # repeated options, so does this.
+        return {name.lower(): (name, value) for name, value in self.options
+                if name.lower() in _KNOWN_OPTIONS}
+
     def option_holding(self, value: str) -> str | None:
         """The name of the option whose value is ``value``."""
         return next((name for name, given in self.options if given == value), None)
@@ -520,9 +606,7 @@ class _Written:
         lowered = message.lower()
         squeezed = re.sub(r"[\s_]", "", lowered)
         hits: list[tuple[int, int, int, tuple[str, str]]] = []
-        # PyMongo keeps the last of repeated options: so does this.
-        for key, (name, value) in {name.lower(): (name, value)
-                                   for name, value in self.options}.items():
+        for key, (name, value) in self._known_options.items():
             hits.append((_find_word(lowered, key), -len(key), 0, (name, value)))
             if len(key) > 3:  # a short name ("w") would be found in any squeezed text
                 hits.append((squeezed.find(key), -len(key), 0, (name, value)))
@@ -562,8 +646,79 @@ def _secret_values(options: Iterable[tuple[str, str]]) -> Iterable[str]:
         elif name.lower() == "authmechanismproperties":
             for item in value.split(","):
                 key, _, secret = item.partition(":")
-                if _looks_secret(key):
+                if _secret_property(key):
                     yield secret
+
+
+def _secret_property(key: str) -> bool:
+    return _looks_secret(key) or unquote_plus(key).upper() not in _SHOWN_MECHANISM_PROPERTIES
+
+
+def uri_secrets(uri: str) -> tuple[str, ...]:
+    """Every secret in the connection string ``uri``, longest first: the
+    password (as written, decoded, and the pieces an unescaped ``/`` or ``?``
+    would cut it into), the values of options that hold secrets
+    (tlsCertificateKeyFilePassword, anything named like a password, secret
+    or token) and of authMechanismProperties other than the ones PyMongo
+    shows (AWS_SESSION_TOKEN among them)."""
+    return _Written.of(uri).secrets
+
+
+def redact_uri(uri: str) -> str:
+    """``uri`` as it may be shown: the password, and the values of every
+    secret :func:`uri_secrets` finds, replaced by ``***``. Every place
+    greenpool shows a connection string goes through this.
+
+    >>> redact_uri("mongodb://ann:s3cret@db.example.com/?tlsCertificateKeyFilePassword=x&w=1")
+    'mongodb://ann:***@db.example.com/?tlsCertificateKeyFilePassword=***&w=1'
+    >>> redact_uri("mongodb://ann:Sup3r/x@db/?authMechanismProperties=AWS_SESSION_TOKEN:t0k")
+    'mongodb://ann:***@db/?authMechanismProperties=AWS_SESSION_TOKEN:***'
+    """
+    scheme, sep, rest = uri.partition("://")
+    if not sep:
+        return "<not a mongodb:// URI>"  # it could be anything, a password included
+    at = _userinfo_end(rest)
+    if at != -1:
+        user, colon, _ = rest[:at].partition(":")
+        if colon:
+            rest = f"{user}:***{rest[at:]}"
+    head, question, query = rest.partition("?")
+    if question:
+        query = "".join(_redact_option(item) for item in re.split("([&;])", query))
+    # Then the secrets as words wherever they are, should the string be
+    # malformed enough to hide one from the structure above.
+    return _Written.of(uri).redact(f"{scheme}://{head}{question}{query}")
+
+
+def _userinfo_end(rest: str) -> int:
+    """Where the user information of ``rest`` (the URI after ``://``) ends: its last '@'."""
+    authority_end = len(rest)
+    for mark in "/?":
+        index = rest.find(mark)
+        if index != -1:
+            authority_end = min(authority_end, index)
+    at = rest.rfind("@", 0, authority_end)
+    if at != -1:
+        return at
+    # An unescaped '/' or '?' in the password ends the authority inside it:
+    # then the user information may reach as far as the last '@'.
+    return rest.rfind("@")
+
+
+def _redact_option(item: str) -> str:
+    name, equals, value = item.partition("=")
+    if not equals:
+        return item
+    if _looks_secret(unquote_plus(name)):
+        return f"{name}=***"
+    if unquote_plus(name).lower() != "authmechanismproperties":
+        return item
+    shown = []
+    for part in value.split(","):
+        key, colon, _ = part.partition(":")
+        shown.append(f"{key}:***" if colon and _secret_property(key) else
+                     part if colon else "***")
+    return f"{name}={','.join(shown)}"
 
 
 def _find_word(text: str, word: str) -> int:

@@ -40,6 +40,7 @@ from pymongo.errors import (
     DocumentTooLarge,
     DuplicateKeyError,
     ExecutionTimeout,
+    InvalidName,
     NotPrimaryError,
     OperationFailure,
     WriteConcernError,
@@ -53,6 +54,7 @@ __all__ = [
     "CHECKSUM_PRESENT",
     "COMPRESSOR_IDS",
     "DEFAULT_MAX_MESSAGE_SIZE",
+    "EXHAUST_ALLOWED",
     "HEADER_SIZE",
     "MORE_TO_COME",
     "NOT_PRIMARY_CODES",
@@ -67,6 +69,7 @@ __all__ = [
     "LegacyReply",
     "Message",
     "MessageHeader",
+    "check_database_name",
     "check_reply",
     "compressor_available",
     "decode_message",
@@ -95,6 +98,8 @@ DEFAULT_MAX_MESSAGE_SIZE = 48_000_000
 # not know. Bits 16-31 are optional and may be ignored.
 CHECKSUM_PRESENT = 1 << 0
 MORE_TO_COME = 1 << 1
+#: The client accepts a stream of replies (moreToCome) to this request.
+EXHAUST_ALLOWED = 1 << 16
 _REQUIRED_FLAG_BITS = 0xFFFF
 _KNOWN_REQUIRED_FLAGS = CHECKSUM_PRESENT | MORE_TO_COME
 
@@ -187,7 +192,9 @@ def pack_header(length: int, request_id: int, response_to: int, op_code: int) ->
     return _HEADER.pack(length, request_id, response_to, op_code)
 
 
-def parse_header(data: bytes, *, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> MessageHeader:
+def parse_header(
+    data: bytes | bytearray, *, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
+) -> MessageHeader:
     """Parse and check the first 16 bytes of ``data``.
 
     Raises :class:`ProtocolError` if there are fewer than 16 bytes, if the
@@ -201,7 +208,7 @@ def parse_header(data: bytes, *, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZ
     return header
 
 
-def _unpack_header(data: bytes, max_message_size: int) -> MessageHeader:
+def _unpack_header(data: bytes | bytearray, max_message_size: int) -> MessageHeader:
     if len(data) < HEADER_SIZE:
         raise ProtocolError(f"message header is {len(data)} bytes; it must be {HEADER_SIZE}")
     header = MessageHeader(*_HEADER.unpack_from(data))
@@ -396,7 +403,7 @@ def _wrap(op_code: int, body: bytes, compressor: Compressor, request_id: int) ->
     return pack_header(length, request_id, 0, OP_COMPRESSED) + prefix + compressed
 
 
-def _unwrap(body: bytes, max_message_size: int) -> tuple[int, bytes]:
+def _unwrap(body: bytes | bytearray, max_message_size: int) -> tuple[int, bytes]:
     if len(body) < _COMPRESSED_PREFIX.size:
         raise ProtocolError(f"OP_COMPRESSED body is {len(body)} bytes, too short for its prefix")
     op_code, size, compressor_id = _COMPRESSED_PREFIX.unpack_from(body)
@@ -405,7 +412,8 @@ def _unwrap(body: bytes, max_message_size: int) -> tuple[int, bytes]:
             f"OP_COMPRESSED declares {size} uncompressed bytes; "
             f"the maximum message size is {max_message_size}"
         )
-    return op_code, _decompress(compressor_id, body[_COMPRESSED_PREFIX.size :], size)
+    compressed = bytes(memoryview(body)[_COMPRESSED_PREFIX.size :])  # one copy
+    return op_code, _decompress(compressor_id, compressed, size)
 
 
 # -- OP_MSG --------------------------------------------------------------------------------
@@ -427,12 +435,36 @@ class Message:
         return bool(self.flags & MORE_TO_COME)
 
 
+# What PyMongo's database name check refuses (pymongo.database._check_name).
+_DATABASE_NAME_FORBIDDEN = (" ", ".", "$", "/", "\\", "\x00", '"')
+
+
+def check_database_name(name: object) -> None:
+    """Refuse a database name the server would misread, as PyMongo does:
+    :class:`pymongo.errors.InvalidName` for an empty name or one containing
+    a space, ``.``, ``$``, ``/``, ``\\``, ``"`` or NUL; ``TypeError`` for a
+    name that is not a str. ``$external`` (where users authenticated outside
+    MongoDB live) is allowed."""
+    if not isinstance(name, str):
+        raise TypeError(f"a database name must be a str, not {name!r}")
+    if name == "$external":
+        return
+    if not name:
+        raise InvalidName("database name cannot be the empty string")
+    for character in _DATABASE_NAME_FORBIDDEN:
+        if character in name:
+            raise InvalidName(
+                f"invalid database name {name!r}: database names cannot contain the "
+                f"character {character!r}")
+
+
 def encode_command(
     command: Mapping[str, Any],
     db: str,
     *,
     request_id: int | None = None,
     more_to_come: bool = False,
+    exhaust_allowed: bool = False,
     compressor: Compressor | None = None,
     max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
     codec_options: CodecOptions[Any] = DEFAULT_CODEC_OPTIONS,
@@ -440,7 +472,9 @@ def encode_command(
     """Encode ``command`` for database ``db`` as one OP_MSG; return ``(request_id, bytes)``.
 
     The command is sent as a single body section (kind 0) with ``$db`` added.
-    ``more_to_come`` sets the flag that tells the server not to reply.
+    ``more_to_come`` sets the flag that tells the server not to reply;
+    ``exhaust_allowed`` the one that lets it answer with a stream of replies
+    (without it, a reply flagged moreToCome is a protocol error).
     With a ``compressor`` the message is wrapped in OP_COMPRESSED, except for
     the commands the compression spec forbids (:data:`NO_COMPRESSION`).
 
@@ -454,7 +488,8 @@ def encode_command(
     if command.get("$db", db) != db:
         raise ValueError(f"command has $db {command['$db']!r} but is sent to {db!r}")
     document = bson.encode({**command, "$db": db}, codec_options=codec_options)
-    body = _UINT32.pack(MORE_TO_COME if more_to_come else 0) + b"\x00" + document
+    flags = (MORE_TO_COME if more_to_come else 0) | (EXHAUST_ALLOWED if exhaust_allowed else 0)
+    body = _UINT32.pack(flags) + b"\x00" + document
     _check_size(name, HEADER_SIZE + len(body), max_message_size)
     if request_id is None:
         request_id = next_request_id()
@@ -474,7 +509,7 @@ def _check_size(name: str, length: int, max_message_size: int) -> None:
 
 def decode_message(
     header: MessageHeader,
-    body: bytes,
+    body: bytes | bytearray,
     *,
     max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
     codec_options: CodecOptions[dict[str, Any]] = DEFAULT_CODEC_OPTIONS,
@@ -507,7 +542,7 @@ def decode_message(
 
 
 def _decode_op_msg(
-    body: bytes, codec_options: CodecOptions[dict[str, Any]]
+    body: bytes | bytearray, codec_options: CodecOptions[dict[str, Any]]
 ) -> tuple[int, dict[str, Any]]:
     if len(body) < _UINT32.size:
         raise ProtocolError("OP_MSG is too short for its flag bits")
@@ -527,7 +562,7 @@ def _decode_op_msg(
 
 
 def _read_sections(
-    body: bytes, pos: int, end: int, codec_options: CodecOptions[dict[str, Any]]
+    body: bytes | bytearray, pos: int, end: int, codec_options: CodecOptions[dict[str, Any]]
 ) -> dict[str, Any]:
     document: dict[str, Any] | None = None
     sequences: dict[str, list[dict[str, Any]]] = {}
@@ -538,7 +573,8 @@ def _read_sections(
             if document is not None:
                 raise ProtocolError("OP_MSG has more than one body section")
             size = _bson_size(body, pos, end)
-            document = _decode(body[pos : pos + size], codec_options)
+            # A view, not a slice: the body document is most of a large reply.
+            document = _decode(memoryview(body)[pos : pos + size], codec_options)
             pos += size
         elif kind == 1:
             identifier, documents, pos = _read_sequence(body, pos, end, codec_options)
@@ -556,7 +592,7 @@ def _read_sections(
     return document
 
 
-def _bson_size(body: bytes, pos: int, end: int) -> int:
+def _bson_size(body: bytes | bytearray, pos: int, end: int) -> int:
     if pos + _INT32.size > end:
         raise ProtocolError("OP_MSG is truncated inside a BSON document's length")
     size = _int32_at(body, pos)
@@ -565,12 +601,12 @@ def _bson_size(body: bytes, pos: int, end: int) -> int:
     return size
 
 
-def _int32_at(body: bytes, pos: int) -> int:
+def _int32_at(body: bytes | bytearray, pos: int) -> int:
     return int(_INT32.unpack_from(body, pos)[0])
 
 
 def _read_sequence(
-    body: bytes, pos: int, end: int, codec_options: CodecOptions[dict[str, Any]]
+    body: bytes | bytearray, pos: int, end: int, codec_options: CodecOptions[dict[str, Any]]
 ) -> tuple[str, list[dict[str, Any]], int]:
     if pos + _INT32.size > end:
         raise ProtocolError("OP_MSG is truncated inside a document sequence's size")
@@ -592,7 +628,9 @@ def _read_sequence(
     return identifier, documents, stop
 
 
-def _decode(data: bytes, codec_options: CodecOptions[dict[str, Any]]) -> dict[str, Any]:
+def _decode(
+    data: bytes | memoryview, codec_options: CodecOptions[dict[str, Any]]
+) -> dict[str, Any]:
     try:
         return bson.decode(data, codec_options)
     except InvalidBSON as exc:
@@ -649,7 +687,7 @@ def encode_query(
 
 
 def parse_reply_header(
-    data: bytes, *, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
+    data: bytes | bytearray, *, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
 ) -> MessageHeader:
     """Parse and check the header of the answer to an OP_QUERY.
 
@@ -686,7 +724,7 @@ class LegacyReply:
 
 def decode_reply(
     header: MessageHeader,
-    body: bytes,
+    body: bytes | bytearray,
     *,
     codec_options: CodecOptions[dict[str, Any]] = DEFAULT_CODEC_OPTIONS,
 ) -> LegacyReply:
@@ -723,7 +761,7 @@ def decode_reply(
 
 
 def _reply_documents(
-    body: bytes, pos: int, codec_options: CodecOptions[dict[str, Any]]
+    body: bytes | bytearray, pos: int, codec_options: CodecOptions[dict[str, Any]]
 ) -> list[dict[str, Any]]:
     documents = []
     end = len(body)

@@ -285,7 +285,7 @@ def test_derived_keys_are_cached(server: FakeScramServer, monkeypatch: pytest.Mo
         calls.append(args[0])
         return real(*args)
 
-    auth._scram_keys.cache_clear()
+    auth._KEY_CACHE.clear()
     monkeypatch.setattr(hashlib, "pbkdf2_hmac", counting)
     for _ in range(3):
         auth.authenticate(credentials(SCRAM_SHA_256), server.run_command)

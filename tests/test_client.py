@@ -19,6 +19,7 @@ from pymongo import MongoClient
 from pymongo import monitoring as _m
 from pymongo.errors import (
     AutoReconnect,
+    InvalidName,
     InvalidOperation,
     NotPrimaryError,
     OperationFailure,
@@ -96,7 +97,7 @@ def test_refused_command_carries_code_and_labels(
 def test_bad_arguments_are_refused(client: Client) -> None:
     with pytest.raises(InvalidOperation, match="non-empty document"):
         client.command("admin", {})
-    with pytest.raises(InvalidOperation, match="dbname"):
+    with pytest.raises(InvalidName, match="empty string"):
         client.command("", {"ping": 1})
     with pytest.raises(ValueError, match=r"batch_size .* -1"):
         client.find("test", "c", {}, batch_size=-1)
