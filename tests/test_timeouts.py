@@ -21,6 +21,7 @@ from pymongo.errors import (
     ExecutionTimeout,
     InvalidOperation,
     NetworkTimeout,
+    PyMongoError,
     ServerSelectionTimeoutError,
 )
 
@@ -417,3 +418,54 @@ def test_with_transaction_is_bounded_and_refuses_a_timeout_inside(
         assert len(inserts) == 2 and all(0 < c["maxTimeMS"] <= 500 for c in inserts)
         (abort,) = started(events, "abortTransaction")
         assert 0 < abort["maxTimeMS"] <= 500  # refreshed for the abort
+
+
+# -- kill safety ------------------------------------------------------------------------------
+
+
+def test_timeouts_and_kills_together_leave_the_pool_consistent() -> None:
+    """Greenlets run bounded commands (some time out in the wait, some in the
+    round trip, some while establishing) and are killed by their own
+    gevent.Timeout at arbitrary points: afterwards nothing is in use, pending
+    or waiting, no scope leaked, and the pool still works."""
+    import random
+
+    rng = random.Random(11)
+
+    def jittery(request: Request) -> Any:
+        gevent.sleep(rng.random() * 0.03)
+        return {"ok": 1.0}
+
+    with FakeServer(handlers={"ping": jittery}) as server:
+        host, port = server.address
+        uri = f"mongodb://{host}:{port}/?directConnection=true&maxPoolSize=3&timeoutMS=25"
+        outcomes: list[str] = []
+        with Client(uri) as client:
+            client.topology.select()
+
+            def worker(seed: int) -> None:
+                local = random.Random(seed)
+                for _ in range(15):
+                    try:
+                        with gevent.Timeout(local.random() * 0.04):
+                            if local.random() < 0.2:  # now and then, a fresh connection
+                                client.pool.clear()
+                                client.pool.ready()
+                            with greenpool.timeout(local.choice([None, 0.01, 0.05])):
+                                client.command("admin", {"ping": 1})
+                        outcomes.append("ok")
+                    except gevent.Timeout:
+                        outcomes.append("killed")
+                    except PyMongoError as error:
+                        outcomes.append("timeout" if error.timeout else type(error).__name__)
+                    assert resolve(None, None) is None  # no scope outlives its block
+
+            workers = [gevent.spawn(worker, seed) for seed in range(30)]
+            gevent.joinall(workers, timeout=60, raise_error=True)
+            assert all(w.dead for w in workers)
+            stats = client.stats()
+            assert (stats.in_use, stats.pending, stats.waiting) == (0, 0, 0), stats
+            assert stats.total <= 3
+            assert client.command("admin", {"ping": 1}, timeout=5) == {"ok": 1.0}
+        kinds = set(outcomes)
+        assert {"ok", "killed", "timeout"} <= kinds, kinds
