@@ -326,6 +326,7 @@ class Runner:
             raise NotApplicable(f"the {name} operation")
         error: BaseException | None = None
         result: Any = None
+        began = time.monotonic()
         try:
             if target == "testRunner":
                 result = handler(**arguments)
@@ -333,7 +334,7 @@ class Runner:
                 result = handler(self.entities[target], **arguments)
         except PyMongoError as caught:
             if caught.timeout:
-                self._server_may_be_busy()
+                self._server_may_be_busy(began)
             if not ("expectError" in operation or operation.get("ignoreResultAndError")):
                 raise
             error = caught
@@ -347,10 +348,12 @@ class Runner:
             self.entities[operation["saveResultAsEntity"]] = result
         return result
 
-    def _server_may_be_busy(self) -> None:
+    def _server_may_be_busy(self, began: float) -> None:
+        # A command the operation sent after ``began`` may be held that long
+        # (and a little more for the server's own work).
         global _server_busy_until
         block = max(self.block_times, default=0) / 1000
-        _server_busy_until = max(_server_busy_until, time.monotonic() + block)
+        _server_busy_until = max(_server_busy_until, began + block + 0.05)
 
     # testRunner
 
