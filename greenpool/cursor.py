@@ -74,10 +74,10 @@ class Cursor:
         #: Whether a command of this cursor failed other than by the server's
         #: refusal (network error, kill): its implicit session is not reused.
         self._lsid_dirty = False
-        self._timeout = check_seconds("timeout", timeout)
         deadline = client._deadline(timeout, session)
         self._mode = _timeout_mode(command, timeout_mode, deadline)
-        #: The deadline of the cursor's lifetime (cursorLifetime mode).
+        #: The deadline of the cursor's lifetime (cursorLifetime mode), or the
+        #: one whose limit each next() gets anew (iteration mode).
         self._deadline = deadline
         try:
             # maxTimeMS only where the limit covers the server's whole work.
@@ -119,8 +119,9 @@ class Cursor:
                 if self._id == 0 or self._closed:
                     self._release()
                     raise StopIteration
-                if fresh:  # iteration mode: each next() call gets the limit anew
-                    deadline = self._client._deadline(self._timeout, self._session)
+                if fresh and deadline is not None:
+                    # Iteration mode: each next() call gets the original limit anew.
+                    deadline = Deadline.after(deadline.limit)
                     fresh = False
                 self._get_more(deadline)
             return self._buffer.popleft()
