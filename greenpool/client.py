@@ -80,6 +80,8 @@ _LISTENER_TYPES = (
 _DEFAULT_SESSION_TIMEOUT_MINUTES = 30
 # endSessions takes at most this many ids per command (Sessions spec).
 _END_SESSIONS_BATCH = 10_000
+# The round-trip timeout that stands for none (about 30 years).
+_NO_ROUND_TRIP_LIMIT = 1e9
 # A commit or abort is the end of a transaction, never a transient part of it.
 _FINISHING = frozenset({"commitTransaction", "abortTransaction"})
 
@@ -438,6 +440,10 @@ class Client:
             elif deadline.expired():
                 raise deadline.exceeded(f"no time left for {next(iter(command))}")
             round_trip = deadline.remaining()
+        elif deadline is not None:
+            # timeoutMS=0: no limit, and socketTimeoutMS no longer applies
+            # (the link's None would mean socketTimeoutMS).
+            round_trip = _NO_ROUND_TRIP_LIMIT
         name = next(iter(command))
         request_id = next_request_id()
         events = self._commands

@@ -174,6 +174,18 @@ def test_a_per_call_timeout_replaces_the_clients_and_zero_means_no_limit() -> No
     assert 0 < pings[1]["maxTimeMS"] <= 100 and 0 < pings[2]["maxTimeMS"] <= 200
 
 
+def test_timeout_ms_0_lifts_socket_timeout_ms() -> None:
+    """timeoutMS set (even to 0) replaces the deprecated socketTimeoutMS."""
+    with FakeServer(handlers={"ping": block(0.3)}) as server:
+        host, port = server.address
+        base = f"mongodb://{host}:{port}/?directConnection=true&socketTimeoutMS=100"
+        with Client(base) as legacy, pytest.raises(NetworkTimeout):
+            legacy.command("admin", {"ping": 1})
+        with Client(base + "&timeoutMS=0") as client:
+            assert client.command("admin", {"ping": 1}) == {"ok": 1.0}
+            assert client.command("admin", {"ping": 1}, timeout=0) == {"ok": 1.0}
+
+
 def test_too_little_time_left_sends_nothing_and_keeps_the_connection() -> None:
     with FakeServer() as server:
         host, port = server.address
