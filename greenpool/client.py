@@ -178,8 +178,9 @@ class Client:
         :raises pymongo.errors.ServerSelectionTimeoutError: the server was
             not reachable within serverSelectionTimeoutMS.
         """
-        document = self._prepare(dbname, command, session)
+        # The deadline first: a refused timeout leaves the session untouched.
         deadline = self._deadline(timeout, session)
+        document = self._prepare(dbname, command, session)
         if deadline is not None:
             return self._bounded_command(dbname, document, session, deadline)
         if session is not None:
@@ -435,11 +436,13 @@ class Client:
         assert link is not None  # a checked-out connection is established
         round_trip: float | None = None
         if deadline is not None and deadline.bounded:
+            # One reading of the clock: what is checked is what is used.
+            left = deadline.remaining()
             if max_time:
-                command["maxTimeMS"] = deadline.max_time_ms(self.min_round_trip)
-            elif deadline.expired():
+                command["maxTimeMS"] = deadline.max_time_ms(self.min_round_trip, left)
+            elif left <= 0:
                 raise deadline.exceeded(f"no time left for {next(iter(command))}")
-            round_trip = deadline.remaining()
+            round_trip = left
         elif deadline is not None:
             # timeoutMS=0: no limit, and socketTimeoutMS no longer applies
             # (the link's None would mean socketTimeoutMS).

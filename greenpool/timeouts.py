@@ -114,11 +114,13 @@ class Deadline:
             return seconds
         return left if seconds is None else min(seconds, left)
 
-    def max_time_ms(self, min_round_trip: float) -> int:
+    def max_time_ms(self, min_round_trip: float, left: float | None = None) -> int:
         """The ``maxTimeMS`` to send (the CSOT spec: time left minus the
         server's minimum round trip); raises the spec's timeout error when
-        that leaves nothing, before anything is sent."""
-        left = self.remaining()
+        that leaves nothing, before anything is sent. ``left``: the time left
+        as the caller read it (default: now)."""
+        if left is None:
+            left = self.remaining()
         budget = left - min_round_trip
         if budget <= 0:
             raise self.exceeded(f"{max(left, 0) * 1000:.0f} ms left is not more than the "
