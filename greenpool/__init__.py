@@ -18,6 +18,7 @@ from greenpool.options import PoolOptions
 from greenpool.pool import Connection, ConnectionState, Pool, PoolStats, Purpose, Transport
 from greenpool.poolstate import PoolState
 from greenpool.session import Session, TransactionState
+from greenpool.timeouts import timeout
 
 __all__ = [
     "Client",
@@ -37,4 +38,5 @@ __all__ = [
     "Transport",
     "WaitQueueTimeoutError",
     "__version__",
+    "timeout",
 ]

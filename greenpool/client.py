@@ -43,9 +43,16 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
+import gevent
 from bson.binary import UUID_SUBTYPE, Binary
 from pymongo import monitoring as _m
-from pymongo.errors import AutoReconnect, ConnectionFailure, InvalidOperation, PyMongoError
+from pymongo.errors import (
+    AutoReconnect,
+    ConnectionFailure,
+    InvalidOperation,
+    NetworkTimeout,
+    PyMongoError,
+)
 
 from greenpool.address import Address, format_address
 from greenpool.auth import MECHANISMS as LINK_MECHANISMS
@@ -58,6 +65,14 @@ from greenpool.link import Link, LinkOptions, connect, make_connector
 from greenpool.pool import Connection, Pool, PoolStats, Purpose
 from greenpool.sdam import Phase
 from greenpool.session import Session
+from greenpool.timeouts import (
+    Deadline,
+    MinRoundTrip,
+    check_seconds,
+    current,
+    resolve,
+    running,
+)
 from greenpool.topology import Topology
 from greenpool.uri import ClientSettings, parse_uri
 from greenpool.wire import check_database_name, next_request_id
@@ -73,6 +88,8 @@ _LISTENER_TYPES = (
 _DEFAULT_SESSION_TIMEOUT_MINUTES = 30
 # endSessions takes at most this many ids per command (Sessions spec).
 _END_SESSIONS_BATCH = 10_000
+# The round-trip timeout that stands for none (about 30 years).
+_NO_ROUND_TRIP_LIMIT = 1e9
 # A commit or abort is the end of a transaction, never a transient part of it.
 _FINISHING = frozenset({"commitTransaction", "abortTransaction"})
 
@@ -109,8 +126,12 @@ class Client:
         self._server_sessions: list[tuple[dict[str, Any], float]] = []
         self._closed = False
         self._closing = False
+        #: timeoutMS (seconds; None: not set, 0: no limit).
+        self.timeout = settings.timeout
+        self._min_round_trip = MinRoundTrip()
         self.pool: Pool[Link] = Pool(
-            self.address, settings.pool, connector=make_connector(self._link_options),
+            self.address, settings.pool,
+            connector=_bounded_connector(make_connector(self._link_options)),
             listeners=pool_listeners,
             on_establish_error=lambda error, conn: self.topology.handle_establish_error(
                 error, conn))
@@ -121,7 +142,8 @@ class Client:
             listeners=listeners)
         monitor_options = _monitor_link_options(self._link_options)
         self.topology.open(None if settings.load_balanced
-                           else lambda: _LinkChecker(self.address, monitor_options))
+                           else lambda: _LinkChecker(self.address, monitor_options,
+                                                     self._min_round_trip))
 
     @property
     def load_balanced(self) -> bool:
@@ -140,9 +162,19 @@ class Client:
     # -- operations -----------------------------------------------------------------------
 
     def command(self, dbname: str, command: Mapping[str, Any], *,
-                session: Session | None = None) -> dict[str, Any]:
+                session: Session | None = None, timeout: float | None = None,
+                ) -> dict[str, Any]:
         """Run ``command`` (a document whose first key is the command's name)
         on database ``dbname`` and return the server's reply.
+
+        ``timeout`` (seconds, 0 for none) bounds the whole operation in place
+        of the client's timeoutMS, within any enclosing
+        :func:`greenpool.timeout` block (see :mod:`greenpool.timeouts`). With
+        a limit, ``maxTimeMS`` is added to the command (time left minus the
+        server's minimum round trip), and running out of time raises an error
+        whose ``timeout`` is true: ``ServerSelectionTimeoutError``,
+        ``WaitQueueTimeoutError``, ``NetworkTimeout`` (the connection is
+        discarded) or ``ExecutionTimeout``.
 
         :raises pymongo.errors.OperationFailure: the server refused it
             (``code``, ``details``, error labels).
@@ -154,7 +186,11 @@ class Client:
         :raises pymongo.errors.ServerSelectionTimeoutError: the server was
             not reachable within serverSelectionTimeoutMS.
         """
+        # The deadline first: a refused timeout leaves the session untouched.
+        deadline = self._deadline(timeout, session)
         document = self._prepare(dbname, command, session)
+        if deadline is not None:
+            return self._bounded_command(dbname, document, session, deadline)
         if session is not None:
             with self._lease(session, Purpose.OTHER, name=next(iter(document))) as conn:
                 return self._send(conn, dbname, document, session)
@@ -179,8 +215,30 @@ class Client:
         finally:
             self.pool.checkin(conn)
 
+    def _bounded_command(self, dbname: str, document: dict[str, Any],
+                         session: Session | None, deadline: Deadline) -> dict[str, Any]:
+        """command() under a deadline (timeoutMS), off the hot path."""
+        name = next(iter(document))
+        if session is not None:
+            with self._lease(session, Purpose.OTHER, name=name, deadline=deadline) as conn:
+                return self._send(conn, dbname, document, session, deadline)
+        with self._lease(None, Purpose.OTHER, deadline=deadline) as conn:
+            lsid = None if "lsid" in document else self._take_lsid()
+            if lsid is None:
+                return self._send(conn, dbname, document, None, deadline)
+            document["lsid"] = lsid
+            dirty = False
+            try:
+                return self._send(conn, dbname, document, None, deadline)
+            except ConnectionFailure:
+                dirty = True
+                raise
+            finally:
+                self._give_lsid(lsid, dirty or conn.error is not None)
+
     def cursor(self, dbname: str, command: Mapping[str, Any], *, batch_size: int | None = None,
-               session: Session | None = None) -> Cursor:
+               session: Session | None = None, timeout: float | None = None,
+               timeout_mode: str | None = None) -> Cursor:
         """Run a cursor-opening command (``find``, ``aggregate``,
         ``listCollections``...) and return a :class:`~greenpool.cursor.Cursor`
         over its documents, fetching further batches with ``getMore``.
@@ -188,31 +246,48 @@ class Client:
         Close it (or use it as a context manager) when done early: that sends
         ``killCursors``. ``batch_size`` sets each getMore's batchSize; set the
         first batch's size in the command itself.
+
+        ``timeout`` is as for :meth:`command`; ``timeout_mode`` says what it
+        bounds (the CSOT spec's timeoutMode): ``"cursorLifetime"`` (the
+        default; the opening command and every getMore, together) or
+        ``"iteration"`` (the opening command, then each ``next()`` call on
+        its own; the default for tailable cursors). ``close()`` gets the full
+        limit afresh for its killCursors.
         """
         _check_batch_size(batch_size)
         self._check_session(session)
         return Cursor(self, dbname, self._prepare(dbname, command, None),
-                      batch_size=batch_size, session=session)
+                      batch_size=batch_size, session=session, timeout=timeout,
+                      timeout_mode=timeout_mode)
 
     def find(self, dbname: str, collection: str, filter: Mapping[str, Any] | None = None,
              *, batch_size: int | None = None, session: Session | None = None,
+             timeout: float | None = None, timeout_mode: str | None = None,
              **options: Any) -> Cursor:
         """``find`` on ``dbname.collection`` as a :class:`~greenpool.cursor.Cursor`.
 
         ``batch_size`` applies to every batch, the first included. Other
         keywords are find's own fields (``sort``, ``projection``, ``limit``...).
+        ``timeout`` and ``timeout_mode`` are as for :meth:`cursor`.
         """
         _check_batch_size(batch_size)
         command: dict[str, Any] = {"find": collection, "filter": dict(filter or {})}
         if batch_size is not None:
             command["batchSize"] = batch_size
         command.update(options)
-        return self.cursor(dbname, command, batch_size=batch_size, session=session)
+        return self.cursor(dbname, command, batch_size=batch_size, session=session,
+                           timeout=timeout, timeout_mode=timeout_mode)
 
-    def start_session(self) -> Session:
-        """A new session (for transactions); end it, or use it as a context manager."""
+    def start_session(self, *, default_timeout: float | None = None) -> Session:
+        """A new session (for transactions); end it, or use it as a context manager.
+
+        ``default_timeout`` (seconds, 0 for none; the CSOT spec's
+        defaultTimeoutMS) bounds its commit, abort and ``with_transaction``
+        instead of the client's timeoutMS.
+        """
         self._check_open()
-        session = Session(self)
+        session = Session(self, default_timeout=check_seconds("default_timeout",
+                                                              default_timeout))
         self._sessions.add(session)
         return session
 
@@ -260,7 +335,7 @@ class Client:
     @contextlib.contextmanager
     def _lease(self, session: Session | None, purpose: Purpose,
                keep: Callable[[Connection[Link]], bool] | None = None, name: str = "",
-               ) -> Iterator[Connection[Link]]:
+               deadline: Deadline | None = None) -> Iterator[Connection[Link]]:
         """A connection for one operation: a transaction's pinned one, or one
         checked out now and checked in afterwards. In load-balanced mode a
         transaction's first command pins its connection to the session;
@@ -272,7 +347,7 @@ class Client:
             return
         in_transaction = session is not None and session.in_transaction
         try:
-            conn = self._checkout(Purpose.TRANSACTION if in_transaction else purpose)
+            conn = self._checkout(Purpose.TRANSACTION if in_transaction else purpose, deadline)
         except PyMongoError as error:
             # No connection (selection, wait queue, cleared pool): inside a
             # transaction that is as transient as a network error.
@@ -294,15 +369,40 @@ class Client:
             if not pinned:
                 self.pool.checkin(conn)
 
-    def _checkout(self, purpose: Purpose) -> Connection[Link]:
+    def _checkout(self, purpose: Purpose, deadline: Deadline | None = None) -> Connection[Link]:
         if self._closed:
             raise InvalidOperation("the greenpool Client is closed")
+        if deadline is not None:
+            return self._bounded_checkout(purpose, deadline)
         # While closing, goodbyes (killCursors, abort, endSessions) never
         # wait for an unreachable server.
         self.topology.select(0 if self._closing else None)
         conn = self.pool.checkout()
         conn.purpose = purpose
         return conn
+
+    def _bounded_checkout(self, purpose: Purpose, deadline: Deadline) -> Connection[Link]:
+        """Selection and checkout within the deadline (the CSOT spec's
+        computedServerSelectionTimeout); establishment too, through the
+        connector (see _bounded_connector)."""
+        selection = deadline.bound(self.topology.server_selection_timeout)
+        self.topology.select(0 if self._closing else selection)
+        with running(deadline):
+            conn = self.pool.checkout(deadline.bound(None))
+        conn.purpose = purpose
+        return conn
+
+    def _deadline(self, timeout: float | None, session: Session | None) -> Deadline | None:
+        """The deadline of an operation starting now (see greenpool.timeouts)."""
+        call = check_seconds("timeout", timeout)
+        if session is not None and session._deadline is not None:
+            # Inside with_transaction the session carries the one deadline.
+            if call is not None:
+                raise InvalidOperation(
+                    f"timeout={timeout!r} cannot be given to an operation in a "
+                    f"with_transaction callback whose session has a time limit")
+            return session._deadline
+        return resolve(call, self.timeout)
 
     def _pin_to_transaction(self, session: Session | None, conn: Connection[Link]) -> bool:
         if (session is None or not self.load_balanced or not session.in_transaction
@@ -332,10 +432,28 @@ class Client:
         return document
 
     def _send(self, conn: Connection[Link], dbname: str, command: dict[str, Any],
-              session: Session | None) -> dict[str, Any]:
-        """One round trip on ``conn`` with command events; errors go through SDAM."""
+              session: Session | None, deadline: Deadline | None = None,
+              max_time: bool = True) -> dict[str, Any]:
+        """One round trip on ``conn`` with command events; errors go through SDAM.
+
+        Under a ``deadline`` the round trip gets the time left, and
+        ``maxTimeMS`` is added if ``max_time``; with too little time left
+        nothing is sent (the caller checks the connection back in)."""
         link = conn.transport
         assert link is not None  # a checked-out connection is established
+        round_trip: float | None = None
+        if deadline is not None and deadline.bounded:
+            # One reading of the clock: what is checked is what is used.
+            left = deadline.remaining()
+            if max_time:
+                command["maxTimeMS"] = deadline.max_time_ms(self.min_round_trip, left)
+            elif left <= 0:
+                raise deadline.exceeded(f"no time left for {next(iter(command))}")
+            round_trip = left
+        elif deadline is not None:
+            # timeoutMS=0: no limit, and socketTimeoutMS no longer applies
+            # (the link's None would mean socketTimeoutMS).
+            round_trip = _NO_ROUND_TRIP_LIMIT
         name = next(iter(command))
         request_id = next_request_id()
         events = self._commands
@@ -346,7 +464,7 @@ class Client:
             events.started(command, dbname, request_id, self.address, service_id, server_id)
         started = time.perf_counter()
         try:
-            reply = link.command(dbname, command, request_id=request_id)
+            reply = link.command(dbname, command, request_id=request_id, timeout=round_trip)
         except PyMongoError as error:
             if events.listeners:
                 events.failed(time.perf_counter() - started, error, command, dbname,
@@ -378,12 +496,21 @@ class Client:
             error._add_error_label("TransientTransactionError")
         session.forget_pin_after(error)
 
-    def _run_in_session(self, session: Session, dbname: str, command: dict[str, Any]) -> None:
+    def _run_in_session(self, session: Session, dbname: str, command: dict[str, Any],
+                        deadline: Deadline | None = None) -> None:
         """Run a command a session built itself (commit, abort)."""
         if self._closed:
             raise InvalidOperation("the greenpool Client is closed")
-        with self._lease(session, Purpose.TRANSACTION, name=next(iter(command))) as conn:
-            self._send(conn, dbname, command, session)
+        with self._lease(session, Purpose.TRANSACTION, name=next(iter(command)),
+                         deadline=deadline) as conn:
+            self._send(conn, dbname, command, session, deadline)
+
+    @property
+    def min_round_trip(self) -> float:
+        """The server's minimum round-trip time in seconds (SDAM's
+        minRoundTripTime over the monitor's last checks; 0 behind a load
+        balancer, which has no monitor)."""
+        return self._min_round_trip.value
 
     # -- internals: implicit sessions (Sessions spec) ---------------------------------------
     # Without an explicit session a command runs in an implicit one: an lsid
@@ -441,24 +568,32 @@ class Client:
 class _LinkChecker:
     """The monitor's connection: the handshake is the first check, then hello."""
 
-    def __init__(self, address: Address, options: LinkOptions) -> None:
+    def __init__(self, address: Address, options: LinkOptions,
+                 min_round_trip: MinRoundTrip | None = None) -> None:
         self._address = address
         self._options = options
         self._link: Link | None = None
+        # Each check's round trip feeds the minimum that maxTimeMS allows for.
+        self._min_round_trip = min_round_trip or MinRoundTrip()
 
     def check(self) -> tuple[dict[str, Any], float]:
         started = time.perf_counter()
         if self._link is None:
+            self._min_round_trip.reset()  # a new connection: SDAM starts over
             self._link = connect(self._address, self._options)
             assert self._link.hello is not None
-            return dict(self._link.hello), time.perf_counter() - started
+            elapsed = time.perf_counter() - started
+            self._min_round_trip.add(elapsed)
+            return dict(self._link.hello), elapsed
         reply = self._link.command("admin", {"hello": 1})
         try:
             check_hello_fields(reply)  # as the handshake's reply was
         except ProtocolError as exc:
             self.close()
             raise AutoReconnect(f"{format_address(self._address)}: {exc}") from exc
-        return reply, time.perf_counter() - started
+        elapsed = time.perf_counter() - started
+        self._min_round_trip.add(elapsed)
+        return reply, elapsed
 
     def close(self) -> None:
         link, self._link = self._link, None
@@ -495,6 +630,33 @@ def _link_options(settings: ClientSettings) -> LinkOptions:
         credentials=_credentials(settings),
         load_balanced=settings.load_balanced,
     )
+
+
+def _bounded_connector(
+        connector: Callable[[Connection[Link]], Link]) -> Callable[[Connection[Link]], Link]:
+    """``connector`` bounded by the deadline of the operation that waits
+    for the connection (timeoutMS), if any, on top of connectTimeoutMS.
+
+    Running out of time raises a TimeoutError inside the establishment, at
+    whatever socket wait it is in, so the link treats it as the socket
+    timeout it stands for: the socket is closed and the error is a
+    NetworkTimeout. Connections established in the background (minPoolSize)
+    have no deadline and keep connectTimeoutMS alone, as the spec says."""
+
+    def bounded(conn: Connection[Link]) -> Link:
+        deadline = current()
+        if deadline is None or not deadline.bounded:
+            return connector(conn)
+        left = deadline.remaining()
+        expired = TimeoutError(
+            f"establishing a connection exceeded the operation's time limit of "
+            f"{deadline.limit * 1000:g} ms")
+        if left <= 0:
+            raise NetworkTimeout(f"{format_address(conn.address)}: {expired}")
+        with gevent.Timeout(left, expired):
+            return connector(conn)
+
+    return bounded
 
 
 def _monitor_link_options(options: LinkOptions) -> LinkOptions:

@@ -34,6 +34,7 @@ import gevent
 from pymongo.errors import ConnectionFailure, InvalidOperation, OperationFailure, PyMongoError
 
 from greenpool.pool import Connection, Purpose
+from greenpool.timeouts import Deadline, check_seconds
 
 if TYPE_CHECKING:
     from greenpool.client import Client
@@ -41,6 +42,10 @@ if TYPE_CHECKING:
     from greenpool.session import Session
 
 __all__ = ["Cursor"]
+
+#: The CSOT spec's timeoutMode values.
+CURSOR_LIFETIME = "cursorLifetime"
+ITERATION = "iteration"
 
 
 class Cursor:
@@ -50,7 +55,8 @@ class Cursor:
     """
 
     def __init__(self, client: Client, dbname: str, command: dict[str, Any], *,
-                 batch_size: int | None, session: Session | None) -> None:
+                 batch_size: int | None, session: Session | None,
+                 timeout: float | None = None, timeout_mode: str | None = None) -> None:
         self._client = client
         self._db = dbname
         self._session = session
@@ -68,8 +74,15 @@ class Cursor:
         #: Whether a command of this cursor failed other than by the server's
         #: refusal (network error, kill): its implicit session is not reused.
         self._lsid_dirty = False
+        deadline = client._deadline(timeout, session)
+        self._mode = _timeout_mode(command, timeout_mode, deadline)
+        #: The deadline of the cursor's lifetime (cursorLifetime mode), or the
+        #: one whose limit each next() gets anew (iteration mode).
+        self._deadline = deadline
         try:
-            self._round_trip(command, "firstBatch")
+            # maxTimeMS only where the limit covers the server's whole work.
+            self._round_trip(command, "firstBatch", deadline,
+                             max_time=self._mode == CURSOR_LIFETIME)
         except BaseException:
             self._end_implicit_session()
             raise
@@ -98,19 +111,33 @@ class Cursor:
 
     def __next__(self) -> dict[str, Any]:
         with self._exclusive():
+            # Buffered documents come back even after the time is up; only
+            # a getMore needs time (the CSOT spec).
+            deadline = self._deadline
+            fresh = self._mode == ITERATION
             while not self._buffer:
                 if self._id == 0 or self._closed:
                     self._release()
                     raise StopIteration
-                self._get_more()
+                if fresh and deadline is not None:
+                    # Iteration mode: each next() call gets the original limit anew.
+                    deadline = Deadline.after(deadline.limit)
+                    fresh = False
+                self._get_more(deadline)
             return self._buffer.popleft()
 
-    def close(self) -> None:
+    def close(self, *, timeout: float | None = None) -> None:
         """Kill the server cursor if it is still open; release the connection.
 
         Idempotent. killCursors errors are ignored: the server reaps
-        abandoned cursors anyway.
+        abandoned cursors anyway. Under a time limit killCursors gets the
+        cursor's full limit afresh, or ``timeout`` (seconds) if given.
         """
+        deadline = self._deadline
+        if timeout is not None or deadline is not None:
+            limit = check_seconds("timeout", timeout)
+            deadline = Deadline.after(limit if limit is not None else
+                                      deadline.limit if deadline is not None else 0.0)
         with self._exclusive():
             if self._closed:
                 return
@@ -121,7 +148,7 @@ class Cursor:
                 if self._id and (self._conn is None or self._conn.error is None):
                     with contextlib.suppress(PyMongoError):
                         self._round_trip({"killCursors": self._collection,
-                                          "cursors": [self._id]})
+                                          "cursors": [self._id]}, None, deadline)
             finally:
                 self._id = 0
                 self._release()
@@ -167,13 +194,20 @@ class Cursor:
             if outer:
                 self._user = None
 
-    def _get_more(self) -> None:
+    def _get_more(self, deadline: Deadline | None) -> None:
         command: dict[str, Any] = {"getMore": self._id, "collection": self._collection}
         if self._batch_size:
             command["batchSize"] = self._batch_size
         try:
-            self._round_trip(command, "nextBatch")
-        except ConnectionFailure:
+            # Never maxTimeMS on a getMore: the server reads it as the wait
+            # of an awaitData cursor, or refuses it (CSOT spec).
+            self._round_trip(command, "nextBatch", deadline, max_time=False)
+        except ConnectionFailure as error:
+            if error.timeout and deadline is not None and self._conn is None:
+                # Out of time: the server cursor still lives, and close()
+                # kills it over another connection (the CSOT spec's close).
+                self._lsid_dirty = True
+                raise
             # The server cursor is unreachable now: close must not try to
             # kill it, and a pinned connection stays pinned until close.
             self._id = 0
@@ -193,30 +227,32 @@ class Cursor:
             self._db, self._collection = namespace.split(".", 1)
         self._buffer.extend(cursor[field])
 
-    def _round_trip(self, command: dict[str, Any], batch: str | None = None) -> None:
+    def _round_trip(self, command: dict[str, Any], batch: str | None = None,
+                    deadline: Deadline | None = None, *, max_time: bool = True) -> None:
         """Send ``command``; read the reply's ``batch`` (firstBatch,
         nextBatch) before the connection is released or kept for pinning."""
         try:
-            self._send(command, batch)
+            self._send(command, batch, deadline, max_time)
         except OperationFailure:
             raise  # the server answered: the session is fine
         except BaseException:
             self._lsid_dirty = True
             raise
 
-    def _send(self, command: dict[str, Any], batch: str | None) -> None:
+    def _send(self, command: dict[str, Any], batch: str | None, deadline: Deadline | None,
+              max_time: bool) -> None:
         client, session = self._client, self._session
         if session is not None:
             session.decorate(command)
         if self._conn is not None:
             self._attach_lsid(command)
-            reply = client._send(self._conn, self._db, command, session)
+            reply = client._send(self._conn, self._db, command, session, deadline, max_time)
             if batch is not None:
                 self._read(reply, batch)
             return
-        with client._lease(session, Purpose.CURSOR, keep=self._keep) as conn:
+        with client._lease(session, Purpose.CURSOR, keep=self._keep, deadline=deadline) as conn:
             self._attach_lsid(command)
-            reply = client._send(conn, self._db, command, session)
+            reply = client._send(conn, self._db, command, session, deadline, max_time)
             if batch is not None:
                 self._read(reply, batch)
 
@@ -246,6 +282,33 @@ class Cursor:
         conn, self._conn = self._conn, None
         if conn is not None:
             self._client._release_pinned(conn)
+
+
+def _timeout_mode(command: Mapping[str, Any], mode: str | None,
+                  deadline: Deadline | None) -> str:
+    """The cursor's timeoutMode, checked as the CSOT spec requires."""
+    tailable = bool(command.get("tailable"))
+    if mode is None:
+        return ITERATION if tailable else CURSOR_LIFETIME
+    if mode not in (CURSOR_LIFETIME, ITERATION):
+        raise ValueError(f"timeout_mode must be {CURSOR_LIFETIME!r} or {ITERATION!r}, "
+                         f"not {mode!r}")
+    if deadline is None:
+        raise InvalidOperation(f"timeout_mode={mode!r} needs a time limit (timeout= or "
+                               f"timeoutMS)")
+    if tailable and mode == CURSOR_LIFETIME:
+        raise InvalidOperation("a tailable cursor only supports timeout_mode='iteration'")
+    if mode == ITERATION and _writes_out(command):
+        raise InvalidOperation("timeout_mode='iteration' cannot bound an aggregate with "
+                               "$out or $merge")
+    return mode
+
+
+def _writes_out(command: Mapping[str, Any]) -> bool:
+    pipeline = command.get("pipeline") if "aggregate" in command else None
+    return isinstance(pipeline, list) and any(
+        isinstance(stage, Mapping) and ("$out" in stage or "$merge" in stage)
+        for stage in pipeline)
 
 
 def _reap(client: Client, db: str, collection: str, cursor_id: int,

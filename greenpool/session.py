@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from bson.binary import UUID_SUBTYPE, Binary
 from pymongo.errors import ConnectionFailure, InvalidOperation, OperationFailure, PyMongoError
 
+from greenpool.timeouts import Deadline, check_seconds, resolve
+
 if TYPE_CHECKING:
     from greenpool.client import Client
     from greenpool.link import Link
@@ -59,8 +61,14 @@ class Session:
     ...     session.with_transaction(lambda s: client.command("db", {...}, session=s))
     """
 
-    def __init__(self, client: Client) -> None:
+    def __init__(self, client: Client, *, default_timeout: float | None = None) -> None:
         self._client = client
+        #: defaultTimeoutMS in seconds (None: the client's timeoutMS applies).
+        self.default_timeout = default_timeout
+        # The with_transaction call's deadline, which every operation in the
+        # session shares while it runs (the CSOT spec; private on purpose:
+        # changing it mid-transaction would break the time limit).
+        self._deadline: Deadline | None = None
         self.lsid: dict[str, Any] = {"id": Binary(uuid.uuid4().bytes, UUID_SUBTYPE)}
         self.txn_number = 0
         self.state = TransactionState.NONE
@@ -110,8 +118,11 @@ class Session:
             command["startTransaction"] = True
             self.state = TransactionState.IN_PROGRESS
 
-    def commit_transaction(self) -> None:
-        """Commit; a commit of a transaction that ran nothing sends nothing."""
+    def commit_transaction(self, *, timeout: float | None = None) -> None:
+        """Commit; a commit of a transaction that ran nothing sends nothing.
+
+        ``timeout`` (seconds) overrides the session's default_timeout and the
+        client's timeoutMS for the commit."""
         state = self.state
         if state is TransactionState.NONE:
             raise InvalidOperation("No transaction started")
@@ -125,8 +136,9 @@ class Session:
         if self._commit_attempts:
             command["writeConcern"] = _RETRY_COMMIT_WRITE_CONCERN
         self._commit_attempts += 1
+        deadline = self._finishing_deadline(timeout)
         try:
-            self._run_finishing(command)
+            self._run_finishing(command, deadline)
         except PyMongoError as error:
             if isinstance(error, ConnectionFailure) or (
                     isinstance(error, OperationFailure) and _is_unknown_commit_result(error)):
@@ -137,8 +149,9 @@ class Session:
             # A committed transaction stays pinned so the commit can be retried.
             self.state = TransactionState.COMMITTED
 
-    def abort_transaction(self) -> None:
-        """Abort; errors from the server are ignored, as the spec says."""
+    def abort_transaction(self, *, timeout: float | None = None) -> None:
+        """Abort; errors from the server are ignored, as the spec says.
+        ``timeout`` is as for :meth:`commit_transaction`."""
         state = self.state
         if state is TransactionState.NONE:
             raise InvalidOperation("No transaction started")
@@ -146,12 +159,13 @@ class Session:
             raise InvalidOperation("Cannot call abortTransaction after calling commitTransaction")
         if state is TransactionState.ABORTED:
             raise InvalidOperation("Cannot call abortTransaction twice")
+        deadline = self._finishing_deadline(timeout)
         self._check_pin_idle()
         self.state = TransactionState.ABORTED
         try:
             if state is TransactionState.IN_PROGRESS:
                 with contextlib.suppress(PyMongoError):
-                    self._run_finishing({"abortTransaction": 1})
+                    self._run_finishing({"abortTransaction": 1}, deadline)
         finally:
             self._unpin()  # even after a kill mid-abort: the link is broken then
 
@@ -162,38 +176,90 @@ class Session:
                 or error.has_error_label("UnknownTransactionCommitResult")):
             self._unpin()
 
-    def with_transaction(self, callback: Callable[[Session], R]) -> R:
+    def with_transaction(self, callback: Callable[[Session], R], *,
+                         timeout: float | None = None) -> R:
         """Run ``callback(session)`` in a transaction and commit, retrying as
-        the Transactions spec's convenient API does; return its result."""
+        the Transactions spec's convenient API does; return its result.
+
+        With a time limit (``timeout`` in seconds, else the session's
+        default_timeout, else the client's timeoutMS) the whole call, retries
+        included, is bounded by it: every operation the callback runs in this
+        session shares the one deadline (giving one of them its own
+        ``timeout`` raises InvalidOperation), and retrying stops when it
+        runs out, with an error whose ``timeout`` is true (its ``__cause__``
+        the last transient error). An abort after the callback failed gets
+        the full limit afresh. Operations the callback runs outside the
+        session are not bounded by it. Without a limit, retrying stops after
+        120 seconds."""
+        call = check_seconds("timeout", timeout)
+        deadline = resolve(call if call is not None else self.default_timeout,
+                           self._client.timeout)
+        if self._deadline is not None:
+            raise InvalidOperation("with_transaction is already running in this session")
         started = time.monotonic()
 
         def time_left() -> bool:
+            if deadline is not None:
+                return not deadline.expired()
             return time.monotonic() - started < WITH_TRANSACTION_TIMEOUT
 
-        while True:
-            self.start_transaction()
-            try:
-                result = callback(self)
-            except BaseException as error:
-                if self.in_transaction:
-                    self.abort_transaction()
-                if (isinstance(error, PyMongoError)
-                        and error.has_error_label("TransientTransactionError") and time_left()):
-                    continue
-                raise
-            if not self.in_transaction:
-                return result  # the callback committed or aborted itself
+        self._deadline = deadline
+        try:
             while True:
+                self.start_transaction()
                 try:
-                    self.commit_transaction()
-                    return result
-                except PyMongoError as error:
-                    if (error.has_error_label("UnknownTransactionCommitResult")
-                            and not _is_max_time_expired(error) and time_left()):
-                        continue
-                    if error.has_error_label("TransientTransactionError") and time_left():
-                        break  # retry the whole transaction
+                    result = callback(self)
+                except BaseException as error:
+                    if self.in_transaction:
+                        self._abort_afresh(deadline)
+                    if (isinstance(error, PyMongoError)
+                            and error.has_error_label("TransientTransactionError")):
+                        if time_left():
+                            continue
+                        _raise_timed_out(deadline, error)
                     raise
+                if not self.in_transaction:
+                    return result  # the callback committed or aborted itself
+                while True:
+                    try:
+                        self.commit_transaction()
+                        return result
+                    except PyMongoError as error:
+                        if (error.has_error_label("UnknownTransactionCommitResult")
+                                and not _is_max_time_expired(error)):
+                            if time_left():
+                                continue
+                            _raise_timed_out(deadline, error)
+                        if error.has_error_label("TransientTransactionError"):
+                            if time_left():
+                                break  # retry the whole transaction
+                            _raise_timed_out(deadline, error)
+                        raise
+        finally:
+            self._deadline = None
+
+    def _abort_afresh(self, deadline: Deadline | None) -> None:
+        """Abort inside with_transaction with the full limit again (the
+        CSOT spec: the abort after a failed callback refreshes timeoutMS)."""
+        if deadline is None:
+            self.abort_transaction()
+            return
+        self._deadline = Deadline.after(deadline.limit)
+        try:
+            self.abort_transaction()
+        finally:
+            self._deadline = deadline
+
+    def _finishing_deadline(self, timeout: float | None) -> Deadline | None:
+        call = check_seconds("timeout", timeout)
+        if self._deadline is not None:
+            if call is not None:
+                raise InvalidOperation(
+                    f"timeout={timeout!r} cannot be given inside with_transaction, whose "
+                    f"time limit bounds the whole transaction")
+            return self._deadline
+        return resolve(call if call is not None else self.default_timeout,
+                       self._client.timeout)
 
     def end(self) -> None:
         """End the session: abort an open transaction, return the lsid."""
@@ -218,7 +284,7 @@ class Session:
 
     # -- helpers ----------------------------------------------------------------
 
-    def _run_finishing(self, command: dict[str, Any]) -> None:
+    def _run_finishing(self, command: dict[str, Any], deadline: Deadline | None) -> None:
         """Run commitTransaction or abortTransaction, retried once after a
         retryable error (as retryable writes are, unless retryWrites=false);
         the retry may use another connection, so the pin is dropped first."""
@@ -226,14 +292,17 @@ class Session:
         command["txnNumber"] = self.txn_number
         command["autocommit"] = False
         try:
-            self._client._run_in_session(self, "admin", command)
+            self._client._run_in_session(self, "admin", command, deadline)
         except PyMongoError as error:
             if not (self._client.settings.retry_writes and _is_retryable(error)):
                 raise
+            if deadline is not None and deadline.bounded and deadline.expired():
+                raise  # no time left to retry in
             self._unpin()
             if "commitTransaction" in command:
                 command["writeConcern"] = _RETRY_COMMIT_WRITE_CONCERN
-            self._client._run_in_session(self, "admin", command)
+            command.pop("maxTimeMS", None)  # the retry computes its own
+            self._client._run_in_session(self, "admin", command, deadline)
 
     def _unpin(self) -> None:
         pinned, self.pinned = self.pinned, None
@@ -252,6 +321,14 @@ class Session:
     def _check_not_ended(self) -> None:
         if self.ended:
             raise InvalidOperation("Cannot use ended session")
+
+
+def _raise_timed_out(deadline: Deadline | None, error: PyMongoError) -> None:
+    """Give up retrying: ``error`` itself if it is a timeout already or
+    there was no time limit, else a timeout error caused by it."""
+    if deadline is None or error.timeout:
+        raise error
+    raise deadline.exceeded(f"with_transaction gave up retrying; last error: {error}") from error
 
 
 def _label(error: PyMongoError, label: str) -> None:

@@ -194,6 +194,8 @@ class ClientSettings:
     zlib_compression_level: int = -1
     connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT
     socket_timeout: float | None = None
+    #: timeoutMS (CSOT) in seconds: None when not given, 0 for no limit.
+    timeout: float | None = None
     tls: bool = False
     tls_ca_file: str | None = None
     tls_certificate_key_file: str | None = None
@@ -421,6 +423,7 @@ def _settings(parsed: Mapping[str, Any]) -> ClientSettings:
         zlib_compression_level=options.pop("zlibcompressionlevel", -1),
         connect_timeout=options.pop("connecttimeoutms", DEFAULT_CONNECT_TIMEOUT),
         socket_timeout=options.pop("sockettimeoutms", None),
+        timeout=options.pop("timeoutms", None),
         tls=tls,
         tls_ca_file=options.pop("tlscafile", None),
         tls_certificate_key_file=options.pop("tlscertificatekeyfile", None),

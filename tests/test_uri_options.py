@@ -1,5 +1,5 @@
 """The URI Options spec tests: all of connection-pool-options.json, and the
-loadBalanced cases of connection-options.json and srv-options.json.
+loadBalanced and timeoutMS cases of connection-options.json and srv-options.json.
 
 Test ids are the spec's descriptions. The mongodb+srv:// cases resolve their
 hosts through the DNS stub (the seedlist README's zone), never real DNS.
@@ -24,6 +24,12 @@ LOAD_BALANCED = [
     for test in uri_options_tests(file_name)
     if "loadbalanced" in test["uri"].lower()
 ]
+# The cases that give timeoutMS (the CSOT spec's option).
+TIMEOUT_MS = [
+    test
+    for test in uri_options_tests("connection-options.json")
+    if any(name.lower() == "timeoutms" for name, _ in query_options(test["uri"]))
+]
 
 
 @pytest.fixture(autouse=True)
@@ -34,7 +40,7 @@ def _stub_dns(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.skipif(not POOL, reason=MISSING)
 def test_spec_files_are_present() -> None:
     """One visible skip when the spec files are missing; never a silent pass."""
-    assert (len(POOL), len(LOAD_BALANCED)) == (7, 10)
+    assert (len(POOL), len(LOAD_BALANCED), len(TIMEOUT_MS)) == (7, 10, 4)
 
 
 @pytest.mark.parametrize("test", POOL, ids=[test["description"] for test in POOL])
@@ -46,6 +52,16 @@ def test_connection_pool_options(test: dict[str, Any]) -> None:
                          ids=[test["description"] for test in LOAD_BALANCED])
 def test_load_balanced_options(test: dict[str, Any]) -> None:
     run_case(test)
+
+
+@pytest.mark.parametrize("test", TIMEOUT_MS, ids=[test["description"] for test in TIMEOUT_MS])
+def test_timeout_ms_options(test: dict[str, Any]) -> None:
+    run_case(test)
+    if test["warning"]:
+        # Warned about, then ignored: no limit from it, not a default.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            assert parse_uri(test["uri"]).timeout is None
 
 
 def run_case(test: dict[str, Any]) -> None:

@@ -67,3 +67,21 @@ def query_options(uri: str) -> list[tuple[str, str]]:
     """(name, value) pairs of a test URI's query, decoded."""
     pairs = (item.partition("=") for item in uri.partition("?")[2].split("&") if item)
     return [(unquote_plus(name), unquote_plus(value)) for name, _, value in pairs]
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds * 1000, 3)
+
+
+# timeoutMS, and the options the spec's timeoutMS cases give beside it.
+SETTING.update({
+    "timeoutms": lambda s: _ms(s.timeout),
+    "appname": lambda s: s.app_name,
+    "connecttimeoutms": lambda s: _ms(s.connect_timeout),
+    "sockettimeoutms": lambda s: _ms(s.socket_timeout),
+    "serverselectiontimeoutms": lambda s: _ms(s.server_selection_timeout),
+    "heartbeatfrequencyms": lambda s: _ms(s.heartbeat_frequency),
+    "localthresholdms": lambda s: s.extra["localthresholdms"],
+    "replicaset": lambda s: s.replica_set,
+    "retrywrites": lambda s: s.retry_writes,
+})

@@ -30,6 +30,7 @@ SPEC_MODULES = {
     "tests/test_uri_options.py": "URI Options",
     "tests/test_dns_seedlist_lb.py": "Initial DNS Seedlist Discovery (load-balanced)",
     "tests/test_load_balancers.py": "Load Balancer (unified format)",
+    "tests/test_csot_spec.py": "Client Side Operations Timeout (unified format)",
 }
 
 

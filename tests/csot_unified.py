@@ -1,0 +1,647 @@
+"""A mini runner for the unified test format: the subset the Client-Side
+Operations Timeout spec tests (``client-side-operations-timeout/tests``) use,
+against ``greenpool.Client`` and SecantusDB (its one-node replica set, for
+transactions).
+
+greenpool's Client has no database or collection objects: a database or
+collection entity is the names plus the timeoutMS it was given, and an
+operation on it is the command a driver sends for it (``insertOne`` is an
+``insert``, ``countDocuments`` an ``aggregate``...), run with ``timeout=``
+from the most specific level that sets one, which is what the levels mean.
+Operations greenpool does not offer (GridFS, change streams, bulkWrite,
+retries...) raise :class:`NotApplicable`; test_csot_spec.py lists them by
+file with the reason, and a test that needs one is skipped saying which.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlencode
+
+import gevent
+from bson.int64 import Int64
+from pymongo import MongoClient
+from pymongo import monitoring as _m
+from pymongo.errors import ConnectionFailure, OperationFailure, PyMongoError
+
+import greenpool
+from greenpool.cursor import Cursor
+from greenpool.session import Session
+from tests.cmap_runner import SPEC_DIR
+
+CSOT_DIR = SPEC_DIR / "client-side-operations-timeout" / "tests"
+
+
+# Until when a command a test's fail point blocked may still be running on the
+# server after the client gave up on it (a timed-out drop would otherwise
+# land in the next test). Module-wide: it outlives the test that caused it.
+_server_busy_until = 0.0
+
+
+class NotApplicable(Exception):
+    """The test needs something greenpool's Client does not offer."""
+
+
+def load_cases(file_name: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """``(file, test)`` for every test of one file; none if the spec files are missing."""
+    path = CSOT_DIR / file_name
+    if not path.exists():
+        return []
+    spec = json.loads(path.read_text())
+    return [(spec, test) for test in spec["tests"]]
+
+
+# -- events ---------------------------------------------------------------------------------
+
+
+def _event_name(event: Any) -> str:
+    name = type(event).__name__
+    return name[0].lower() + name[1:]
+
+
+_COMMAND_EVENTS = (_m.CommandStartedEvent, _m.CommandSucceededEvent, _m.CommandFailedEvent)
+
+
+class Recorder(_m.CommandListener, _m.ConnectionPoolListener):
+    """The observed events of one client entity (configureFailPoint's dropped)."""
+
+    def __init__(self, observe: list[str], ignore: list[str]) -> None:
+        self.observe = set(observe)
+        self.ignore = set(ignore) | {"configureFailPoint"}
+        self.events: list[Any] = []
+        self.all_started: list[Any] = []
+
+    def _record(self, event: Any) -> None:
+        if isinstance(event, _COMMAND_EVENTS):
+            if event.command_name in self.ignore:
+                return
+            if isinstance(event, _m.CommandStartedEvent):
+                self.all_started.append(event)
+        if _event_name(event) in self.observe:
+            self.events.append(event)
+
+    started = succeeded = failed = _record
+    pool_created = pool_ready = pool_cleared = pool_closed = _record
+    connection_created = connection_ready = connection_closed = _record
+    connection_check_out_started = connection_check_out_failed = _record
+    connection_checked_out = connection_checked_in = _record
+
+    def of_family(self, family: str) -> list[Any]:
+        if family == "command":
+            return [e for e in self.events if isinstance(e, _COMMAND_EVENTS)]
+        return [e for e in self.events if not isinstance(e, _COMMAND_EVENTS)]
+
+
+# -- matching -------------------------------------------------------------------------------
+
+
+def _type_matches(name: str, value: Any) -> bool:
+    if name == "int":
+        return (isinstance(value, int) and not isinstance(value, (bool, Int64))
+                and -(2**31) <= value < 2**31)
+    if name == "long":
+        return isinstance(value, int) and not isinstance(value, bool)
+    raise AssertionError(f"$$type {name!r} is not supported by this runner")
+
+
+def match(expected: Any, actual: Any, path: str = "", *, root: bool = True) -> None:
+    """Assert ``actual`` matches ``expected`` (unified format rules: extra keys
+    only in root documents; ``$$type``, ``$$exists``, ``$$lte``)."""
+    if isinstance(expected, Mapping):
+        assert isinstance(actual, Mapping), f"{path}: expected a document, got {actual!r}"
+        for key, value in expected.items():
+            if isinstance(value, Mapping) and set(value) == {"$$exists"}:
+                assert (key in actual) is value["$$exists"], (
+                    f"{path}.{key}: $$exists {value['$$exists']} in {dict(actual)!r}")
+                continue
+            assert key in actual, f"{path}: no {key!r} in {dict(actual)!r}"
+            match_value(value, actual[key], f"{path}.{key}")
+        if not root:
+            extra = set(actual) - set(expected)
+            assert not extra, f"{path}: unexpected fields {sorted(extra)} in {dict(actual)!r}"
+        return
+    match_value(expected, actual, path)
+
+
+def match_value(expected: Any, actual: Any, path: str) -> None:
+    if isinstance(expected, Mapping) and set(expected) == {"$$type"}:
+        types = expected["$$type"]
+        types = [types] if isinstance(types, str) else types
+        assert any(_type_matches(t, actual) for t in types), (
+            f"{path}: {actual!r} is not of type {types}")
+    elif isinstance(expected, Mapping) and set(expected) == {"$$lte"}:
+        assert isinstance(actual, int) and actual <= expected["$$lte"], (
+            f"{path}: {actual!r} is not <= {expected['$$lte']}")
+    elif isinstance(expected, Mapping):
+        match(expected, actual, path, root=False)
+    elif isinstance(expected, list):
+        assert isinstance(actual, list) and len(actual) == len(expected), (
+            f"{path}: expected {expected!r}, got {actual!r}")
+        for i, (e, a) in enumerate(zip(expected, actual, strict=True)):
+            match_value(e, a, f"{path}[{i}]")
+    elif isinstance(expected, bool) or isinstance(actual, bool):
+        assert expected is actual, f"{path}: expected {expected!r}, got {actual!r}"
+    else:
+        assert expected == actual, f"{path}: expected {expected!r}, got {actual!r}"
+
+
+def match_event(expected: Mapping[str, Any], event: Any, index: int) -> None:
+    ((name, fields),) = expected.items()
+    where = f"event {index} ({_event_name(event)})"
+    assert _event_name(event) == name, f"{where}: expected {name}"
+    for key, value in fields.items():
+        if key == "command":
+            match(value, event.command, f"{where}.command")
+        elif key == "commandName":
+            assert event.command_name == value, f"{where}: commandName {event.command_name!r}"
+        elif key == "databaseName":
+            assert event.database_name == value, f"{where}: databaseName {event.database_name!r}"
+        else:
+            raise AssertionError(f"{where}: {key!r} is not supported by this runner")
+
+
+def check_error(expected: Mapping[str, Any], error: BaseException | None) -> None:
+    assert error is not None, f"expected an error ({expected}), the operation succeeded"
+    assert isinstance(error, PyMongoError), f"expected a PyMongoError, got {error!r}"
+    for key, value in expected.items():
+        if key == "isError":
+            continue
+        if key == "isTimeoutError":
+            assert error.timeout is value, f"isTimeoutError {value} but got {error!r}"
+        elif key == "isClientError":
+            is_client = not isinstance(error, OperationFailure) and (
+                isinstance(error, ConnectionFailure) or not getattr(error, "details", None))
+            assert is_client is value, f"isClientError {value} but got {error!r}"
+        else:
+            raise AssertionError(f"expectError.{key} is not supported by this runner")
+
+
+# -- entities -------------------------------------------------------------------------------
+
+
+@dataclass
+class Database:
+    client: greenpool.Client
+    name: str
+    timeout_ms: float | None
+
+
+@dataclass
+class Collection:
+    client: greenpool.Client
+    db: str
+    name: str
+    timeout_ms: float | None
+
+
+def _seconds(ms: float | None) -> float | None:
+    return None if ms is None else ms / 1000
+
+
+# -- the runner -----------------------------------------------------------------------------
+
+
+@dataclass
+class Runner:
+    uri: str
+    entities: dict[str, Any] = field(default_factory=dict)
+    recorders: dict[str, Recorder] = field(default_factory=dict)
+    clients: list[greenpool.Client] = field(default_factory=list)
+    threads: dict[str, list[gevent.Greenlet]] = field(default_factory=dict)
+    failpoints: list[str] = field(default_factory=list)
+    block_times: list[int] = field(default_factory=list)
+
+    def run(self, spec: Mapping[str, Any], test: Mapping[str, Any]) -> None:
+        gevent.sleep(max(0.0, _server_busy_until - time.monotonic()))
+        try:
+            self.initial_data(spec.get("initialData") or [])
+            for entity in spec.get("createEntities") or []:
+                self.create_entity(entity)
+            for operation in test["operations"]:
+                self.operation(operation)
+            for expected in test.get("expectEvents") or []:
+                self.check_events(expected)
+        finally:
+            self.close()
+
+    # -- setup and teardown ---------------------------------------------------------------
+
+    def admin(self) -> MongoClient[dict[str, Any]]:
+        return MongoClient(self.uri, directConnection=True, serverSelectionTimeoutMS=10_000)
+
+    def initial_data(self, data: list[Mapping[str, Any]]) -> None:
+        if not data:
+            return
+        with contextlib.closing(self.admin()) as client:
+            for item in data:
+                database = client[item["databaseName"]]
+                database.drop_collection(item["collectionName"])
+                database.command({"create": item["collectionName"],
+                                  **(item.get("createOptions") or {})})
+                if item["documents"]:
+                    database[item["collectionName"]].insert_many(item["documents"])
+
+    def client_uri(self, spec: Mapping[str, Any]) -> str:
+        options = dict(spec.get("uriOptions") or {})
+        if "wTimeoutMS" in options:
+            raise NotApplicable("a write concern from the URI (greenpool.Client sends "
+                                "commands as given)")
+        options["directConnection"] = True
+        query = urlencode({k: str(v).lower() if isinstance(v, bool) else v
+                           for k, v in options.items()})
+        return f"{self.uri}{'&' if '?' in self.uri else '?'}{query}"
+
+    def create_entity(self, entity: Mapping[str, Any]) -> None:
+        ((kind, spec),) = entity.items()
+        if kind == "client":
+            recorder = Recorder(spec.get("observeEvents") or [],
+                                spec.get("ignoreCommandMonitoringEvents") or [])
+            client = greenpool.Client(self.client_uri(spec), event_listeners=[recorder])
+            self.clients.append(client)
+            self.recorders[spec["id"]] = recorder
+            self.entities[spec["id"]] = client
+            if "awaitMinPoolSizeMS" in spec:
+                self._await_min_pool_size(client, spec["awaitMinPoolSizeMS"] / 1000)
+        elif kind == "database":
+            options = spec.get("databaseOptions") or {}
+            self.entities[spec["id"]] = Database(self.entities[spec["client"]],
+                                                 spec["databaseName"], options.get("timeoutMS"))
+        elif kind == "collection":
+            database: Database = self.entities[spec["database"]]
+            options = spec.get("collectionOptions") or {}
+            timeout_ms = options.get("timeoutMS", database.timeout_ms)
+            self.entities[spec["id"]] = Collection(database.client, database.name,
+                                                   spec["collectionName"], timeout_ms)
+        elif kind == "session":
+            options = spec.get("sessionOptions") or {}
+            unsupported = set(options) - {"defaultTimeoutMS"}
+            if unsupported:
+                raise NotApplicable(f"session options {sorted(unsupported)}")
+            self.entities[spec["id"]] = self.entities[spec["client"]].start_session(
+                default_timeout=_seconds(options.get("defaultTimeoutMS")))
+        elif kind == "thread":
+            self.threads[spec["id"]] = []
+        elif kind == "bucket":
+            raise NotApplicable("GridFS (greenpool has no GridFS API)")
+        else:
+            raise AssertionError(f"entity type {kind!r} is not supported by this runner")
+
+    def _await_min_pool_size(self, client: greenpool.Client, limit: float) -> None:
+        with gevent.Timeout(limit, AssertionError("minPoolSize was not reached")):
+            client.topology.select()
+            while client.stats().total < client.settings.pool.min_pool_size:
+                gevent.sleep(0.01)
+
+    def close(self) -> None:
+        for greenlets in self.threads.values():
+            gevent.killall(greenlets)
+        for entity in self.entities.values():
+            if isinstance(entity, Cursor):
+                with contextlib.suppress(PyMongoError):
+                    entity.close()
+        for entity in self.entities.values():
+            if isinstance(entity, Session):
+                with contextlib.suppress(PyMongoError):
+                    entity.end()
+        for client in self.clients:
+            client.close()
+        if self.failpoints:
+            with contextlib.closing(self.admin()) as admin:
+                for name in self.failpoints:
+                    admin.admin.command({"configureFailPoint": name, "mode": "off"})
+
+    # -- operations -----------------------------------------------------------------------
+
+    def operation(self, operation: Mapping[str, Any], *, in_callback: bool = False) -> Any:
+        name = operation["name"]
+        arguments = dict(operation.get("arguments") or {})
+        target = operation["object"]
+        handler: Callable[..., Any] | None = getattr(self, f"op_{name}", None)
+        if handler is None:
+            raise NotApplicable(f"the {name} operation")
+        error: BaseException | None = None
+        result: Any = None
+        began = time.monotonic()
+        try:
+            if target == "testRunner":
+                result = handler(**arguments)
+            else:
+                result = handler(self.entities[target], **arguments)
+        except PyMongoError as caught:
+            if caught.timeout:
+                self._server_may_be_busy(began)
+            if not ("expectError" in operation or operation.get("ignoreResultAndError")):
+                raise
+            error = caught
+        if "expectError" in operation:
+            check_error(operation["expectError"], error)
+        if error is not None and in_callback:
+            raise error  # the unified format: callback errors reach withTransaction
+        if "expectResult" in operation:
+            match(operation["expectResult"], result)
+        if "saveResultAsEntity" in operation:
+            self.entities[operation["saveResultAsEntity"]] = result
+        return result
+
+    def _server_may_be_busy(self, began: float) -> None:
+        # A command the operation sent after ``began`` may be held that long
+        # (and a little more for the server's own work).
+        global _server_busy_until
+        block = max(self.block_times, default=0) / 1000
+        _server_busy_until = max(_server_busy_until, began + block + 0.05)
+
+    # testRunner
+
+    def op_createEntities(self, *, entities: list[Mapping[str, Any]]) -> None:
+        for entity in entities:
+            self.create_entity(entity)
+
+    def op_failPoint(self, *, client: str, failPoint: Mapping[str, Any]) -> None:
+        self.failpoints.append(failPoint["configureFailPoint"])
+        self.block_times.append(failPoint.get("data", {}).get("blockTimeMS", 0))
+        self.entities[client].command("admin", dict(failPoint))
+
+    def op_wait(self, *, ms: int) -> None:
+        gevent.sleep(ms / 1000)
+
+    def op_runOnThread(self, *, thread: str, operation: Mapping[str, Any]) -> None:
+        self.threads[thread].append(gevent.spawn(self.operation, operation))
+
+    def op_waitForThread(self, *, thread: str) -> None:
+        for greenlet in self.threads[thread]:
+            greenlet.get(timeout=10)
+
+    def op_waitForEvent(self, *, client: str, event: Mapping[str, Any], count: int) -> None:
+        ((name, fields),) = event.items()
+        deadline = time.monotonic() + 10
+        recorder = self.recorders[client]
+        while True:
+            seen = [e for e in recorder.events if _event_name(e) == name and all(
+                getattr(e, "command_name", None) == v for k, v in fields.items()
+                if k == "commandName")]
+            if len(seen) >= count:
+                return
+            assert time.monotonic() < deadline, f"no {count} {event} on {client}"
+            gevent.sleep(0.005)
+
+    # client and database
+
+    def _timeout(self, entity: Any, arguments: dict[str, Any]) -> float | None:
+        if "timeoutMS" in arguments:
+            return _seconds(arguments.pop("timeoutMS"))
+        if isinstance(entity, Database | Collection):
+            return _seconds(entity.timeout_ms)
+        return None
+
+    def _run(self, entity: Any, db: str, command: dict[str, Any],
+             arguments: dict[str, Any]) -> Any:
+        session = self._session(arguments)
+        timeout = self._timeout(entity, arguments)
+        unknown = set(arguments) - {"timeoutMode"}
+        if unknown:
+            raise NotApplicable(f"operation options {sorted(unknown)}")
+        client = entity if isinstance(entity, greenpool.Client) else entity.client
+        return client.command(db, command, session=session, timeout=timeout)
+
+    def _cursor(self, entity: Any, db: str, command: dict[str, Any],
+                arguments: dict[str, Any]) -> Cursor:
+        session = self._session(arguments)
+        timeout = self._timeout(entity, arguments)
+        mode = arguments.pop("timeoutMode", None)
+        batch_size = arguments.pop("batchSize", None)
+        cursor_type = arguments.pop("cursorType", None)
+        if cursor_type == "tailableAwait":
+            raise NotApplicable("tailable awaitData cursors (maxAwaitTimeMS)")
+        if cursor_type == "tailable":
+            command["tailable"] = True
+        if batch_size is not None:
+            if "find" in command:
+                command["batchSize"] = batch_size
+            else:
+                command.setdefault("cursor", {})["batchSize"] = batch_size
+        if arguments:
+            raise NotApplicable(f"cursor options {sorted(arguments)}")
+        client = entity if isinstance(entity, greenpool.Client) else entity.client
+        return client.cursor(db, command, batch_size=batch_size, session=session,
+                             timeout=timeout, timeout_mode=_mode(mode))
+
+    def _drain(self, entity: Any, db: str, command: dict[str, Any],
+               arguments: dict[str, Any]) -> list[Any]:
+        with self._cursor(entity, db, command, arguments) as cursor:
+            return list(cursor)
+
+    def _session(self, arguments: dict[str, Any]) -> Session | None:
+        name = arguments.pop("session", None)
+        return None if name is None else self.entities[name]
+
+    def op_listDatabases(self, client: greenpool.Client, *, filter: Any = None,
+                         **arguments: Any) -> Any:
+        return self._run(client, "admin", {"listDatabases": 1, "filter": filter or {}},
+                         arguments)
+
+    def op_listDatabaseNames(self, client: greenpool.Client, **arguments: Any) -> Any:
+        return self._run(client, "admin", {"listDatabases": 1, "nameOnly": True}, arguments)
+
+    def op_runCommand(self, database: Database, *, command: Any, commandName: str,
+                      **arguments: Any) -> Any:
+        return self._run(database, database.name, dict(command), arguments)
+
+    def op_runCursorCommand(self, database: Database, *, command: Any, commandName: str,
+                            **arguments: Any) -> Any:
+        return self._drain(database, database.name, dict(command), arguments)
+
+    def op_createCommandCursor(self, database: Database, *, command: Any,
+                               commandName: str = "", **arguments: Any) -> Any:
+        return self._cursor(database, database.name, dict(command), arguments)
+
+    def op_aggregate(self, target: Database | Collection, *, pipeline: Any,
+                     **arguments: Any) -> Any:
+        name = target.name if isinstance(target, Collection) else 1
+        db = target.db if isinstance(target, Collection) else target.name
+        return self._drain(target, db, {"aggregate": name, "pipeline": pipeline, "cursor": {}},
+                           arguments)
+
+    def op_listCollections(self, database: Database, *, filter: Any = None,
+                           **arguments: Any) -> Any:
+        return self._drain(database, database.name,
+                           {"listCollections": 1, "filter": filter or {}}, arguments)
+
+    def op_listCollectionNames(self, database: Database, *, filter: Any = None,
+                               **arguments: Any) -> Any:
+        return self._drain(database, database.name,
+                           {"listCollections": 1, "filter": filter or {}, "nameOnly": True},
+                           arguments)
+
+    def op_createCollection(self, database: Database, *, collection: str,
+                            **arguments: Any) -> Any:
+        command = {"create": collection}
+        for option in ("capped", "size", "max"):
+            if option in arguments:
+                command[option] = arguments.pop(option)
+        self._run(database, database.name, command, arguments)
+        return Collection(database.client, database.name, collection, database.timeout_ms)
+
+    def op_dropCollection(self, database: Database, *, collection: str,
+                          **arguments: Any) -> Any:
+        with contextlib.suppress(OperationFailure):  # drivers ignore NamespaceNotFound
+            return self._run(database, database.name, {"drop": collection}, arguments)
+        return None
+
+    # collection
+
+    def op_find(self, coll: Collection, *, filter: Any, **arguments: Any) -> Any:
+        return self._drain(coll, coll.db, {"find": coll.name, "filter": filter}, arguments)
+
+    def op_createFindCursor(self, coll: Collection, *, filter: Any, **arguments: Any) -> Any:
+        return self._cursor(coll, coll.db, {"find": coll.name, "filter": filter}, arguments)
+
+    def op_findOne(self, coll: Collection, *, filter: Any, **arguments: Any) -> Any:
+        documents = self._drain(coll, coll.db, {"find": coll.name, "filter": filter,
+                                                "limit": 1, "singleBatch": True}, arguments)
+        return documents[0] if documents else None
+
+    def op_count(self, coll: Collection, *, filter: Any, **arguments: Any) -> Any:
+        return self._run(coll, coll.db, {"count": coll.name, "query": filter}, arguments)
+
+    def op_estimatedDocumentCount(self, coll: Collection, **arguments: Any) -> Any:
+        if "maxTimeMS" in arguments:
+            raise NotApplicable("the deprecated maxTimeMS operation option")
+        return self._run(coll, coll.db, {"count": coll.name}, arguments)
+
+    def op_countDocuments(self, coll: Collection, *, filter: Any, **arguments: Any) -> Any:
+        pipeline = [{"$match": filter}, {"$group": {"_id": 1, "n": {"$sum": 1}}}]
+        return self._drain(coll, coll.db,
+                           {"aggregate": coll.name, "pipeline": pipeline, "cursor": {}},
+                           arguments)
+
+    def op_distinct(self, coll: Collection, *, fieldName: str, filter: Any,
+                    **arguments: Any) -> Any:
+        return self._run(coll, coll.db,
+                         {"distinct": coll.name, "key": fieldName, "query": filter}, arguments)
+
+    def op_insertOne(self, coll: Collection, *, document: Any, **arguments: Any) -> Any:
+        return self._run(coll, coll.db, {"insert": coll.name, "documents": [document]},
+                         arguments)
+
+    def op_insertMany(self, coll: Collection, *, documents: Any, **arguments: Any) -> Any:
+        return self._run(coll, coll.db, {"insert": coll.name, "documents": documents},
+                         arguments)
+
+    def op_deleteOne(self, coll: Collection, *, filter: Any, **arguments: Any) -> Any:
+        return self._run(coll, coll.db,
+                         {"delete": coll.name, "deletes": [{"q": filter, "limit": 1}]},
+                         arguments)
+
+    def op_deleteMany(self, coll: Collection, *, filter: Any, **arguments: Any) -> Any:
+        return self._run(coll, coll.db,
+                         {"delete": coll.name, "deletes": [{"q": filter, "limit": 0}]},
+                         arguments)
+
+    def _update(self, coll: Collection, filter: Any, update: Any, multi: bool,
+                arguments: dict[str, Any]) -> Any:
+        return self._run(coll, coll.db, {"update": coll.name, "updates": [
+            {"q": filter, "u": update, "multi": multi}]}, arguments)
+
+    def op_replaceOne(self, coll: Collection, *, filter: Any, replacement: Any,
+                      **arguments: Any) -> Any:
+        return self._update(coll, filter, replacement, False, arguments)
+
+    def op_updateOne(self, coll: Collection, *, filter: Any, update: Any,
+                     **arguments: Any) -> Any:
+        return self._update(coll, filter, update, False, arguments)
+
+    def op_updateMany(self, coll: Collection, *, filter: Any, update: Any,
+                      **arguments: Any) -> Any:
+        return self._update(coll, filter, update, True, arguments)
+
+    def op_findOneAndDelete(self, coll: Collection, *, filter: Any, **arguments: Any) -> Any:
+        return self._run(coll, coll.db,
+                         {"findAndModify": coll.name, "query": filter, "remove": True},
+                         arguments)
+
+    def op_findOneAndReplace(self, coll: Collection, *, filter: Any, replacement: Any,
+                             **arguments: Any) -> Any:
+        return self._run(coll, coll.db,
+                         {"findAndModify": coll.name, "query": filter, "update": replacement},
+                         arguments)
+
+    def op_findOneAndUpdate(self, coll: Collection, *, filter: Any, update: Any,
+                            **arguments: Any) -> Any:
+        return self._run(coll, coll.db,
+                         {"findAndModify": coll.name, "query": filter, "update": update},
+                         arguments)
+
+    def op_createIndex(self, coll: Collection, *, keys: Any, name: str,
+                       **arguments: Any) -> Any:
+        return self._run(coll, coll.db, {"createIndexes": coll.name,
+                                         "indexes": [{"key": keys, "name": name}]}, arguments)
+
+    def op_dropIndex(self, coll: Collection, *, name: str, **arguments: Any) -> Any:
+        return self._run(coll, coll.db, {"dropIndexes": coll.name, "index": name}, arguments)
+
+    def op_dropIndexes(self, coll: Collection, **arguments: Any) -> Any:
+        return self._run(coll, coll.db, {"dropIndexes": coll.name, "index": "*"}, arguments)
+
+    def op_listIndexes(self, coll: Collection, **arguments: Any) -> Any:
+        return self._drain(coll, coll.db, {"listIndexes": coll.name}, arguments)
+
+    def op_listIndexNames(self, coll: Collection, **arguments: Any) -> Any:
+        return [index["name"] for index in self.op_listIndexes(coll, **arguments)]
+
+    # cursors
+
+    def op_iterateUntilDocumentOrError(self, cursor: Cursor) -> Any:
+        return next(cursor)
+
+    def op_close(self, cursor: Cursor, **arguments: Any) -> None:
+        cursor.close(timeout=_seconds(arguments.pop("timeoutMS", None)))
+
+    # sessions
+
+    def op_startTransaction(self, session: Session, **arguments: Any) -> None:
+        if arguments:
+            raise NotApplicable(f"transaction options {sorted(arguments)}")
+        session.start_transaction()
+
+    def op_commitTransaction(self, session: Session, **arguments: Any) -> None:
+        session.commit_transaction(timeout=_seconds(arguments.pop("timeoutMS", None)))
+
+    def op_abortTransaction(self, session: Session, **arguments: Any) -> None:
+        session.abort_transaction(timeout=_seconds(arguments.pop("timeoutMS", None)))
+
+    def op_withTransaction(self, session: Session, *, callback: list[Mapping[str, Any]],
+                           **arguments: Any) -> None:
+        timeout = _seconds(arguments.pop("timeoutMS", None))
+
+        def run(_: Session) -> None:
+            for operation in callback:
+                self.operation(operation, in_callback=True)
+
+        session.with_transaction(run, timeout=timeout)
+
+    # -- expectations ---------------------------------------------------------------------
+
+    def check_events(self, expected: Mapping[str, Any]) -> None:
+        gevent.sleep(0)
+        family = expected.get("eventType", "command")
+        actual = self.recorders[expected["client"]].of_family(family)
+        wanted = expected["events"]
+        if expected.get("ignoreExtraEvents"):
+            actual = actual[:len(wanted)]
+        names = [_event_name(e) for e in actual]
+        assert len(actual) == len(wanted), (
+            f"{expected['client']} {family} events: expected "
+            f"{[next(iter(w)) for w in wanted]}, got {names}")
+        for index, (want, event) in enumerate(zip(wanted, actual, strict=True)):
+            match_event(want, event, index)
+
+
+def _mode(mode: str | None) -> str | None:
+    # The spec files spell it both ways.
+    return {"cursor_lifetime": "cursorLifetime", "cursorLifetime": "cursorLifetime",
+            "iteration": "iteration", None: None}.get(mode, mode)
