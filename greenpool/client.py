@@ -46,7 +46,9 @@ from typing import Any
 from bson.binary import UUID_SUBTYPE, Binary
 from pymongo import monitoring as _m
 from pymongo.errors import ConnectionFailure, InvalidOperation, PyMongoError
+from pymongo.read_preferences import _ServerMode
 
+from greenpool import readpref
 from greenpool.address import Address
 from greenpool.auth import Credentials as LinkCredentials
 from greenpool.commands import CommandPublisher
@@ -60,7 +62,11 @@ from greenpool.topology import Topology
 from greenpool.uri import ClientSettings, parse_uri
 from greenpool.wire import next_request_id
 
-__all__ = ["Client"]
+__all__ = ["Client", "ReadPreferenceLike"]
+
+#: What a ``read_preference=`` argument takes: a PyMongo read preference
+#: (``pymongo.ReadPreference.SECONDARY``), a mode name, or a document.
+ReadPreferenceLike = _ServerMode | str | Mapping[str, Any]
 
 _LISTENER_TYPES = (
     _m.CommandListener, _m.ConnectionPoolListener, _m.ServerListener,
@@ -107,6 +113,7 @@ class Client:
         self._server_sessions: list[tuple[dict[str, Any], float]] = []
         self._closed = False
         self._closing = False
+        self._default_read_preference = settings.read_preference_object()
         self.pool: Pool[Link] = Pool(
             self.address, settings.pool, connector=make_connector(self._link_options),
             listeners=pool_listeners,
@@ -138,9 +145,17 @@ class Client:
     # -- operations -----------------------------------------------------------------------
 
     def command(self, dbname: str, command: Mapping[str, Any], *,
-                session: Session | None = None) -> dict[str, Any]:
+                session: Session | None = None,
+                read_preference: ReadPreferenceLike | None = None) -> dict[str, Any]:
         """Run ``command`` (a document whose first key is the command's name)
         on database ``dbname`` and return the server's reply.
+
+        ``read_preference`` (a PyMongo read preference, a mode name or a
+        ``{"mode", "tags", "maxStalenessSeconds"}`` document) is sent as
+        ``$readPreference`` where the Server Selection spec says
+        (:mod:`greenpool.readpref`). As that spec requires of a generic
+        command method, the URI's readPreference does not apply here: the
+        default is primary.
 
         :raises pymongo.errors.OperationFailure: the server refused it
             (``code``, ``details``, error labels).
@@ -152,14 +167,17 @@ class Client:
         :raises pymongo.errors.ServerSelectionTimeoutError: the server was
             not reachable within serverSelectionTimeoutMS.
         """
+        preference = self._read_preference(read_preference, readpref.PRIMARY, session)
         document = self._prepare(dbname, command, session)
         if session is not None:
             with self._lease(session, Purpose.OTHER, name=next(iter(document))) as conn:
+                self._add_read_preference(document, preference, session)
                 return self._send(conn, dbname, document, session)
         # The hot path, without a session: plain try/finally rather than
         # context managers, which cost a few microseconds per command.
         conn = self._checkout(Purpose.OTHER)
         try:
+            self._add_read_preference(document, preference, None)
             lsid = None if "lsid" in document else self._take_lsid()
             if lsid is None:
                 return self._send(conn, dbname, document, None)
@@ -178,7 +196,8 @@ class Client:
             self.pool.checkin(conn)
 
     def cursor(self, dbname: str, command: Mapping[str, Any], *, batch_size: int | None = None,
-               session: Session | None = None) -> Cursor:
+               session: Session | None = None,
+               read_preference: ReadPreferenceLike | None = None) -> Cursor:
         """Run a cursor-opening command (``find``, ``aggregate``,
         ``listCollections``...) and return a :class:`~greenpool.cursor.Cursor`
         over its documents, fetching further batches with ``getMore``.
@@ -186,26 +205,38 @@ class Client:
         Close it (or use it as a context manager) when done early: that sends
         ``killCursors``. ``batch_size`` sets each getMore's batchSize; set the
         first batch's size in the command itself.
+
+        ``read_preference`` is as for :meth:`command`. Without one, ``find``
+        and an ``aggregate`` without ``$out`` or ``$merge`` (the Server
+        Selection spec's "may-use-secondary" commands) follow the URI's
+        readPreference; other commands read from the primary.
         """
         _check_batch_size(batch_size)
         self._check_session(session)
-        return Cursor(self, dbname, self._prepare(dbname, command, None),
-                      batch_size=batch_size, session=session)
+        document = self._prepare(dbname, command, None)
+        default = (self._default_read_preference if _may_use_secondary(document)
+                   else readpref.PRIMARY)
+        preference = self._read_preference(read_preference, default, session)
+        return Cursor(self, dbname, document, batch_size=batch_size, session=session,
+                      read_preference=preference)
 
     def find(self, dbname: str, collection: str, filter: Mapping[str, Any] | None = None,
              *, batch_size: int | None = None, session: Session | None = None,
-             **options: Any) -> Cursor:
+             read_preference: ReadPreferenceLike | None = None, **options: Any) -> Cursor:
         """``find`` on ``dbname.collection`` as a :class:`~greenpool.cursor.Cursor`.
 
         ``batch_size`` applies to every batch, the first included. Other
         keywords are find's own fields (``sort``, ``projection``, ``limit``...).
+        ``read_preference`` is as for :meth:`command`; the default is the URI's
+        readPreference, readPreferenceTags and maxStalenessSeconds.
         """
         _check_batch_size(batch_size)
         command: dict[str, Any] = {"find": collection, "filter": dict(filter or {})}
         if batch_size is not None:
             command["batchSize"] = batch_size
         command.update(options)
-        return self.cursor(dbname, command, batch_size=batch_size, session=session)
+        return self.cursor(dbname, command, batch_size=batch_size, session=session,
+                           read_preference=read_preference)
 
     def start_session(self) -> Session:
         """A new session (for transactions); end it, or use it as a context manager."""
@@ -329,6 +360,30 @@ class Client:
         if session is not None:
             session.decorate(document)
         return document
+
+    def _read_preference(self, given: ReadPreferenceLike | None, default: _ServerMode,
+                         session: Session | None) -> _ServerMode:
+        preference = default if given is None else readpref.coerce(given)
+        if (session is not None and session.in_transaction
+                and preference.mode != readpref.PRIMARY.mode):
+            # The Transactions spec: every operation of a transaction runs
+            # on the primary.
+            raise InvalidOperation(
+                f"read preference in a transaction must be primary, not "
+                f"{preference.document!r}")
+        return preference
+
+    def _add_read_preference(self, document: dict[str, Any], preference: _ServerMode,
+                             session: Session | None) -> None:
+        """Add ``$readPreference`` to a read command about to go to the
+        selected server, where the Server Selection spec says (after
+        selection: it depends on the server's type)."""
+        field = readpref.command_field(
+            preference, load_balanced=self.load_balanced,
+            server_type=self.topology.server.server_type,
+            in_transaction=session is not None and session.in_transaction)
+        if field is not None:
+            document["$readPreference"] = field
 
     def _send(self, conn: Connection[Link], dbname: str, command: dict[str, Any],
               session: Session | None) -> dict[str, Any]:
@@ -511,6 +566,18 @@ def _check_listeners(listeners: Iterable[object]) -> list[object]:
                 f"ConnectionPoolListener, ServerListener, ServerHeartbeatListener, "
                 f"TopologyListener), not {listener!r}")
     return checked
+
+
+def _may_use_secondary(command: Mapping[str, Any]) -> bool:
+    name = next(iter(command))
+    if name == "find":
+        return True
+    if name != "aggregate":
+        return False
+    pipeline = command.get("pipeline")
+    return not (isinstance(pipeline, list) and any(
+        isinstance(stage, Mapping) and ("$out" in stage or "$merge" in stage)
+        for stage in pipeline))
 
 
 def _check_batch_size(batch_size: int | None) -> None:

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import gevent
 from pymongo.errors import ConnectionFailure, InvalidOperation, OperationFailure, PyMongoError
+from pymongo.read_preferences import _ServerMode
 
 from greenpool.pool import Connection, Purpose
 
@@ -50,8 +51,12 @@ class Cursor:
     """
 
     def __init__(self, client: Client, dbname: str, command: dict[str, Any], *,
-                 batch_size: int | None, session: Session | None) -> None:
+                 batch_size: int | None, session: Session | None,
+                 read_preference: _ServerMode | None = None) -> None:
         self._client = client
+        #: The opening command's read preference (getMore and killCursors
+        #: carry none).
+        self._read_preference = read_preference
         self._db = dbname
         self._session = session
         self._batch_size = batch_size
@@ -216,6 +221,8 @@ class Cursor:
             return
         with client._lease(session, Purpose.CURSOR, keep=self._keep) as conn:
             self._attach_lsid(command)
+            if batch == "firstBatch" and self._read_preference is not None:
+                client._add_read_preference(command, self._read_preference, session)
             reply = client._send(conn, self._db, command, session)
             if batch is not None:
                 self._read(reply, batch)

@@ -319,11 +319,11 @@ class Runner:
     def op_find(self, collection: Any, *, filter: Any, **arguments: Any) -> Any:
         client, db, coll, options = collection
         session = self._session(arguments)
-        extra = {}
-        if "readPreference" in options:
-            extra["$readPreference"] = options["readPreference"]
+        # The collection's read preference is the Client's find() argument;
+        # whether and how it reaches the server is the Client's decision.
         with client.find(db, coll, filter, batch_size=arguments.get("batchSize"),
-                         session=session, **extra) as cursor:
+                         session=session, read_preference=options.get("readPreference"),
+                         ) as cursor:
             return list(cursor)
 
     def op_createFindCursor(self, collection: Any, *, filter: Any, **arguments: Any) -> Any:
