@@ -72,9 +72,6 @@ _LISTENER_TYPES = (
     _m.CommandListener, _m.ConnectionPoolListener, _m.ServerListener,
     _m.ServerHeartbeatListener, _m.TopologyListener,
 )
-# Behind a load balancer the server's session timeout is not known (no
-# monitor); MongoDB's default applies.
-_DEFAULT_SESSION_TIMEOUT_MINUTES = 30
 # endSessions takes at most this many ids per command (Sessions spec).
 _END_SESSIONS_BATCH = 10_000
 # A commit or abort is the end of a transaction, never a transient part of it.
@@ -437,11 +434,16 @@ class Client:
 
     def _take_lsid(self) -> dict[str, Any] | None:
         """The most recently used idle server session that is not about to
-        expire, or a new one; None if the server does not support sessions."""
+        expire, or a new one; None if the server does not support sessions.
+
+        In load-balanced mode sessions are always supported and never
+        expire here: the Load Balancer spec says to ignore
+        logicalSessionTimeoutMinutes and not to prune the session pool."""
         if self.load_balanced:
-            minutes: int | None = _DEFAULT_SESSION_TIMEOUT_MINUTES
-        else:
-            minutes = self.topology.server.logical_session_timeout_minutes
+            if self._server_sessions:
+                return self._server_sessions.pop()[0]
+            return {"id": Binary(uuid.uuid4().bytes, UUID_SUBTYPE)}
+        minutes = self.topology.server.logical_session_timeout_minutes
         if minutes is None:
             return None
         now = time.monotonic()

@@ -109,8 +109,10 @@ class Topology:
         self._emit("opened", _m.ServerOpeningEvent(self.address, self.topology_id))
         if self.load_balanced:
             # The Load Balancer spec: no monitor, and the server is described
-            # as a LoadBalancer from the start.
-            hello = Hello({"ok": 1, "serviceId": self.topology_id, "maxWireVersion": 13})
+            # as a LoadBalancer from the start, with every field but its
+            # address and type unset (a serviceId is how PyMongo's Hello
+            # tells the type; the description does not keep it).
+            hello = Hello({"ok": 1, "serviceId": self.topology_id})
             self._change_server(ServerDescription(self.address, hello))
             self.pool.ready()
         else:
@@ -175,7 +177,9 @@ class Topology:
             error, phase,
             stale=conn is not None and self.pool.is_stale(conn),
             load_balanced=self.load_balanced,
-            max_wire_version=self._server.max_wire_version,
+            # Behind a load balancer the description has no wire version
+            # (the Load Balancer spec needs servers of 5.0 and later).
+            max_wire_version=None if self.load_balanced else self._server.max_wire_version,
         )
         verdict = judge(context)
         self._apply(verdict, error, service_id=conn.service_id if conn is not None else None)
