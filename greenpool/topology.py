@@ -35,6 +35,7 @@ from greenpool.address import Address, format_address
 from greenpool.link import handshake_completed
 from greenpool.pool import Connection, Pool
 from greenpool.sdam import ErrorContext, Phase, Verdict, check_failed, judge
+from greenpool.topologylog import log_event
 from greenpool.waitqueue import Alarm, WaitQueue, WaitTimedOut
 
 __all__ = ["Checker", "Monitor", "Topology"]
@@ -229,7 +230,10 @@ class Topology:
         self._emit("description_changed", _m.TopologyDescriptionChangedEvent(
             old, new, self.topology_id))
 
-    def _emit(self, method: str, event: object) -> None:
+    def _emit(self, method: str, event: object, *, driver_connection_id: int | None = None,
+              server_connection_id: int | None = None) -> None:
+        log_event(self.topology_id, event, driver_connection_id=driver_connection_id,
+                  server_connection_id=server_connection_id)
         kind = _LISTENER_KINDS[type(event)]
         for listener in self._listeners:
             if isinstance(listener, kind):
@@ -275,6 +279,11 @@ class Monitor:
         # the process forked, the monitor stopped.
         self._epoch = 0
         self._stopped = False
+        # For the heartbeat log messages: the monitoring connections opened
+        # so far (the current one's driverConnectionId), and the server's id
+        # for the current one once a reply told it.
+        self._connections = 0
+        self._server_connection_id: int | None = None
         _monitors.add(self)
 
     def start(self) -> None:
@@ -326,7 +335,12 @@ class Monitor:
     def _check_once(self) -> BaseException | None:
         topology = self._topology
         self._last_check = time.monotonic()
-        topology._emit("started", _m.ServerHeartbeatStartedEvent(topology.address, False))
+        if self._checker is None:
+            self._connections += 1  # this check opens a new monitoring connection
+            self._server_connection_id = None
+        ids = {"driver_connection_id": self._connections,
+               "server_connection_id": self._server_connection_id}
+        topology._emit("started", _m.ServerHeartbeatStartedEvent(topology.address, False), **ids)
         started = time.monotonic()
         epoch = self._epoch
         checker = self._checker
@@ -339,7 +353,7 @@ class Monitor:
                 return None  # cancelled, forked or stopped meanwhile: not the server's doing
             self.cancel_check()
             topology._emit("failed", _m.ServerHeartbeatFailedEvent(
-                time.monotonic() - started, error, topology.address, False))
+                time.monotonic() - started, error, topology.address, False), **ids)
             topology.check_failed(error)
             return error
         if self._epoch != epoch:
@@ -349,8 +363,11 @@ class Monitor:
                 with contextlib.suppress(Exception):
                     checker.close()
             return None
+        server_id = reply.get("connectionId")
+        if isinstance(server_id, int) and not isinstance(server_id, bool):
+            self._server_connection_id = ids["server_connection_id"] = server_id
         topology._emit("succeeded", _m.ServerHeartbeatSucceededEvent(
-            round_trip, Hello(reply), topology.address, False))
+            round_trip, Hello(reply), topology.address, False), **ids)
         topology.check_succeeded(reply, round_trip)
         return None
 
