@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -48,6 +49,11 @@ def test_html_builds_without_warnings(spec_report: Path, tmp_path: Path) -> None
     page = (tmp_path / "conformance.html").read_text()
     assert "tests/test_cmap_spec.py" in page
     assert "pool-checkout-connection" in page  # one of the CMAP spec's own tests
+    # The CMAP logging files, the prose tests and SDAM's load-balanced logging file.
+    text = re.sub(r"<[^>]+>", "", page)
+    assert "test_connection_logging[Create a client, run a command, and close the client]" in text
+    assert "test_prose_5_a_failed_connection_set_up_is_a_connection_error" in text
+    assert "test_logging_loadbalanced[Topology lifecycle]" in text
 
 
 def test_doctest_examples_pass(spec_report: Path, tmp_path: Path) -> None:
