@@ -152,7 +152,8 @@ class Client:
         ``$readPreference`` where the Server Selection spec says
         (:mod:`greenpool.readpref`). As that spec requires of a generic
         command method, the URI's readPreference does not apply here: the
-        default is primary.
+        default is primary. Inside a transaction it must be primary
+        (:class:`~pymongo.errors.InvalidOperation` otherwise).
 
         :raises pymongo.errors.OperationFailure: the server refused it
             (``code``, ``details``, error labels).
