@@ -53,7 +53,9 @@ from pymongo.errors import (
     NetworkTimeout,
     PyMongoError,
 )
+from pymongo.read_preferences import _ServerMode
 
+from greenpool import readpref
 from greenpool.address import Address, format_address
 from greenpool.auth import MECHANISMS as LINK_MECHANISMS
 from greenpool.auth import Credentials as LinkCredentials
@@ -77,15 +79,16 @@ from greenpool.topology import Topology
 from greenpool.uri import ClientSettings, parse_uri
 from greenpool.wire import check_database_name, next_request_id
 
-__all__ = ["Client"]
+__all__ = ["Client", "ReadPreferenceLike"]
+
+#: What a ``read_preference=`` argument takes: a PyMongo read preference
+#: (``pymongo.ReadPreference.SECONDARY``), a mode name, or a document.
+ReadPreferenceLike = _ServerMode | str | Mapping[str, Any]
 
 _LISTENER_TYPES = (
     _m.CommandListener, _m.ConnectionPoolListener, _m.ServerListener,
     _m.ServerHeartbeatListener, _m.TopologyListener,
 )
-# Behind a load balancer the server's session timeout is not known (no
-# monitor); MongoDB's default applies.
-_DEFAULT_SESSION_TIMEOUT_MINUTES = 30
 # endSessions takes at most this many ids per command (Sessions spec).
 _END_SESSIONS_BATCH = 10_000
 # The round-trip timeout that stands for none (about 30 years).
@@ -129,6 +132,7 @@ class Client:
         #: timeoutMS (seconds; None: not set, 0: no limit).
         self.timeout = settings.timeout
         self._min_round_trip = MinRoundTrip()
+        self._default_read_preference = settings.read_preference_object()
         self.pool: Pool[Link] = Pool(
             self.address, settings.pool,
             connector=_bounded_connector(make_connector(self._link_options)),
@@ -163,7 +167,7 @@ class Client:
 
     def command(self, dbname: str, command: Mapping[str, Any], *,
                 session: Session | None = None, timeout: float | None = None,
-                ) -> dict[str, Any]:
+                read_preference: ReadPreferenceLike | None = None) -> dict[str, Any]:
         """Run ``command`` (a document whose first key is the command's name)
         on database ``dbname`` and return the server's reply.
 
@@ -175,6 +179,14 @@ class Client:
         whose ``timeout`` is true: ``ServerSelectionTimeoutError``,
         ``WaitQueueTimeoutError``, ``NetworkTimeout`` (the connection is
         discarded) or ``ExecutionTimeout``.
+
+        ``read_preference`` (a PyMongo read preference, a mode name or a
+        ``{"mode", "tags", "maxStalenessSeconds"}`` document) is sent as
+        ``$readPreference`` where the Server Selection spec says
+        (:mod:`greenpool.readpref`). As that spec requires of a generic
+        command method, the URI's readPreference does not apply here: the
+        default is primary. Inside a transaction it must be primary
+        (:class:`~pymongo.errors.InvalidOperation` otherwise).
 
         :raises pymongo.errors.OperationFailure: the server refused it
             (``code``, ``details``, error labels).
@@ -188,16 +200,19 @@ class Client:
         """
         # The deadline first: a refused timeout leaves the session untouched.
         deadline = self._deadline(timeout, session)
+        preference = self._read_preference(read_preference, readpref.PRIMARY, session)
         document = self._prepare(dbname, command, session)
         if deadline is not None:
-            return self._bounded_command(dbname, document, session, deadline)
+            return self._bounded_command(dbname, document, session, deadline, preference)
         if session is not None:
             with self._lease(session, Purpose.OTHER, name=next(iter(document))) as conn:
+                self._add_read_preference(document, preference, session)
                 return self._send(conn, dbname, document, session)
         # The hot path, without a session: plain try/finally rather than
         # context managers, which cost a few microseconds per command.
         conn = self._checkout(Purpose.OTHER)
         try:
+            self._add_read_preference(document, preference, None)
             lsid = None if "lsid" in document else self._take_lsid()
             if lsid is None:
                 return self._send(conn, dbname, document, None)
@@ -216,13 +231,16 @@ class Client:
             self.pool.checkin(conn)
 
     def _bounded_command(self, dbname: str, document: dict[str, Any],
-                         session: Session | None, deadline: Deadline) -> dict[str, Any]:
+                         session: Session | None, deadline: Deadline,
+                         preference: _ServerMode) -> dict[str, Any]:
         """command() under a deadline (timeoutMS), off the hot path."""
         name = next(iter(document))
         if session is not None:
             with self._lease(session, Purpose.OTHER, name=name, deadline=deadline) as conn:
+                self._add_read_preference(document, preference, session)
                 return self._send(conn, dbname, document, session, deadline)
         with self._lease(None, Purpose.OTHER, deadline=deadline) as conn:
+            self._add_read_preference(document, preference, None)
             lsid = None if "lsid" in document else self._take_lsid()
             if lsid is None:
                 return self._send(conn, dbname, document, None, deadline)
@@ -238,7 +256,8 @@ class Client:
 
     def cursor(self, dbname: str, command: Mapping[str, Any], *, batch_size: int | None = None,
                session: Session | None = None, timeout: float | None = None,
-               timeout_mode: str | None = None) -> Cursor:
+               timeout_mode: str | None = None,
+               read_preference: ReadPreferenceLike | None = None) -> Cursor:
         """Run a cursor-opening command (``find``, ``aggregate``,
         ``listCollections``...) and return a :class:`~greenpool.cursor.Cursor`
         over its documents, fetching further batches with ``getMore``.
@@ -253,22 +272,32 @@ class Client:
         ``"iteration"`` (the opening command, then each ``next()`` call on
         its own; the default for tailable cursors). ``close()`` gets the full
         limit afresh for its killCursors.
+
+        ``read_preference`` is as for :meth:`command`. Without one, ``find``
+        and an ``aggregate`` without ``$out`` or ``$merge`` (the Server
+        Selection spec's "may-use-secondary" commands) follow the URI's
+        readPreference; other commands read from the primary.
         """
         _check_batch_size(batch_size)
         self._check_session(session)
-        return Cursor(self, dbname, self._prepare(dbname, command, None),
-                      batch_size=batch_size, session=session, timeout=timeout,
-                      timeout_mode=timeout_mode)
+        document = self._prepare(dbname, command, None)
+        default = (self._default_read_preference if _may_use_secondary(document)
+                   else readpref.PRIMARY)
+        preference = self._read_preference(read_preference, default, session)
+        return Cursor(self, dbname, document, batch_size=batch_size, session=session,
+                      timeout=timeout, timeout_mode=timeout_mode, read_preference=preference)
 
     def find(self, dbname: str, collection: str, filter: Mapping[str, Any] | None = None,
              *, batch_size: int | None = None, session: Session | None = None,
              timeout: float | None = None, timeout_mode: str | None = None,
-             **options: Any) -> Cursor:
+             read_preference: ReadPreferenceLike | None = None, **options: Any) -> Cursor:
         """``find`` on ``dbname.collection`` as a :class:`~greenpool.cursor.Cursor`.
 
         ``batch_size`` applies to every batch, the first included. Other
         keywords are find's own fields (``sort``, ``projection``, ``limit``...).
         ``timeout`` and ``timeout_mode`` are as for :meth:`cursor`.
+        ``read_preference`` is as for :meth:`command`; the default is the URI's
+        readPreference, readPreferenceTags and maxStalenessSeconds.
         """
         _check_batch_size(batch_size)
         command: dict[str, Any] = {"find": collection, "filter": dict(filter or {})}
@@ -276,7 +305,8 @@ class Client:
             command["batchSize"] = batch_size
         command.update(options)
         return self.cursor(dbname, command, batch_size=batch_size, session=session,
-                           timeout=timeout, timeout_mode=timeout_mode)
+                           timeout=timeout, timeout_mode=timeout_mode,
+                           read_preference=read_preference)
 
     def start_session(self, *, default_timeout: float | None = None) -> Session:
         """A new session (for transactions); end it, or use it as a context manager.
@@ -431,6 +461,30 @@ class Client:
             session.decorate(document)
         return document
 
+    def _read_preference(self, given: ReadPreferenceLike | None, default: _ServerMode,
+                         session: Session | None) -> _ServerMode:
+        preference = default if given is None else readpref.coerce(given)
+        if (session is not None and session.in_transaction
+                and preference.mode != readpref.PRIMARY.mode):
+            # The Transactions spec: every operation of a transaction runs
+            # on the primary.
+            raise InvalidOperation(
+                f"read preference in a transaction must be primary, not "
+                f"{preference.document!r}")
+        return preference
+
+    def _add_read_preference(self, document: dict[str, Any], preference: _ServerMode,
+                             session: Session | None) -> None:
+        """Add ``$readPreference`` to a read command about to go to the
+        selected server, where the Server Selection spec says (after
+        selection: it depends on the server's type)."""
+        field = readpref.command_field(
+            preference, load_balanced=self.load_balanced,
+            server_type=self.topology.server.server_type,
+            in_transaction=session is not None and session.in_transaction)
+        if field is not None:
+            document["$readPreference"] = field
+
     def _send(self, conn: Connection[Link], dbname: str, command: dict[str, Any],
               session: Session | None, deadline: Deadline | None = None,
               max_time: bool = True) -> dict[str, Any]:
@@ -519,11 +573,16 @@ class Client:
 
     def _take_lsid(self) -> dict[str, Any] | None:
         """The most recently used idle server session that is not about to
-        expire, or a new one; None if the server does not support sessions."""
+        expire, or a new one; None if the server does not support sessions.
+
+        In load-balanced mode sessions are always supported and never
+        expire here: the Load Balancer spec says to ignore
+        logicalSessionTimeoutMinutes and not to prune the session pool."""
         if self.load_balanced:
-            minutes: int | None = _DEFAULT_SESSION_TIMEOUT_MINUTES
-        else:
-            minutes = self.topology.server.logical_session_timeout_minutes
+            if self._server_sessions:
+                return self._server_sessions.pop()[0]
+            return {"id": Binary(uuid.uuid4().bytes, UUID_SUBTYPE)}
+        minutes = self.topology.server.logical_session_timeout_minutes
         if minutes is None:
             return None
         now = time.monotonic()
@@ -693,6 +752,18 @@ def _check_listeners(listeners: Iterable[object]) -> list[object]:
                 f"ConnectionPoolListener, ServerListener, ServerHeartbeatListener, "
                 f"TopologyListener), not {listener!r}")
     return checked
+
+
+def _may_use_secondary(command: Mapping[str, Any]) -> bool:
+    name = next(iter(command))
+    if name == "find":
+        return True
+    if name != "aggregate":
+        return False
+    pipeline = command.get("pipeline")
+    return not (isinstance(pipeline, list) and any(
+        isinstance(stage, Mapping) and ("$out" in stage or "$merge" in stage)
+        for stage in pipeline))
 
 
 def _check_batch_size(batch_size: int | None) -> None:

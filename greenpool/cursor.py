@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import gevent
 from pymongo.errors import ConnectionFailure, InvalidOperation, OperationFailure, PyMongoError
+from pymongo.read_preferences import _ServerMode
 
 from greenpool.pool import Connection, Purpose
 from greenpool.timeouts import Deadline, check_seconds
@@ -56,8 +57,12 @@ class Cursor:
 
     def __init__(self, client: Client, dbname: str, command: dict[str, Any], *,
                  batch_size: int | None, session: Session | None,
-                 timeout: float | None = None, timeout_mode: str | None = None) -> None:
+                 timeout: float | None = None, timeout_mode: str | None = None,
+                 read_preference: _ServerMode | None = None) -> None:
         self._client = client
+        #: The opening command's read preference (getMore and killCursors
+        #: carry none).
+        self._read_preference = read_preference
         self._db = dbname
         self._session = session
         self._batch_size = batch_size
@@ -252,6 +257,8 @@ class Cursor:
             return
         with client._lease(session, Purpose.CURSOR, keep=self._keep, deadline=deadline) as conn:
             self._attach_lsid(command)
+            if batch == "firstBatch" and self._read_preference is not None:
+                client._add_read_preference(command, self._read_preference, session)
             reply = client._send(conn, self._db, command, session, deadline, max_time)
             if batch is not None:
                 self._read(reply, batch)

@@ -799,9 +799,9 @@ def connect(
     connecting and TLS, socketTimeoutMS for each round trip).
 
     With ``connection`` (a pending pool connection) in load-balanced mode,
-    ``connection.service_id`` is set from the hello reply before
-    authentication, so an authentication failure can be attributed to its
-    service.
+    the connection takes its serviceId and that service's generation from the
+    hello reply before authentication, so an authentication failure is
+    attributed to its service and judged by that generation.
 
     On any failure the socket is closed. Every exception raised (not kills)
     carries the attribute ``handshake_completed`` (read it with
@@ -827,7 +827,7 @@ def connect(
             link.handshake()
             completed = True
             if connection is not None and options.load_balanced:
-                connection.service_id = link.service_id
+                connection.handshake_done(link.service_id)
             link.authenticate()
     except Exception as error:
         if link is not None:

@@ -82,19 +82,36 @@ class PoolOptions:
                 given[_python_name(name, value)] = value
         for field in fields(self):
             object.__setattr__(self, field.name, given.get(field.name, field.default))
+        # Which options the user gave (not a field: options given and
+        # defaulted to the same values are equal).
+        object.__setattr__(self, "_given", frozenset(given))
         self._validate()
 
     def non_default(self) -> dict[str, Any]:
-        """The CMAP options that differ from their defaults, by spec name.
-
-        This is what PoolCreatedEvent.options and the "Connection pool
-        created" log message report.
-        """
+        """The CMAP options that differ from their defaults, by spec name."""
         defaults = PoolOptions()
         return {
             SPEC_NAMES[name]: getattr(self, name)
             for name in CMAP_OPTIONS
             if getattr(self, name) != getattr(defaults, name)
+        }
+
+    def reported(self) -> dict[str, Any]:
+        """The CMAP options the user gave, even at their default value, and
+        any that differ from it, by spec name, in the spec's order.
+
+        This is what PoolCreatedEvent.options and the "Connection pool
+        created" log message report (CMAP: "the options the user specified").
+
+        >>> PoolOptions({"maxPoolSize": 100, "minPoolSize": 1}).reported()
+        {'minPoolSize': 1, 'maxPoolSize': 100}
+        """
+        given: frozenset[str] = getattr(self, "_given", frozenset())
+        defaults = PoolOptions()
+        return {
+            SPEC_NAMES[name]: getattr(self, name)
+            for name in CMAP_OPTIONS
+            if name in given or getattr(self, name) != getattr(defaults, name)
         }
 
     @property

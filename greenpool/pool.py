@@ -132,6 +132,14 @@ class Connection(Generic[T]):
         if self.error is None:
             self.error = error
 
+    def handshake_done(self, service_id: ObjectId | None) -> None:
+        """The connector's hello reply named ``service_id``: in load-balanced
+        mode the connection takes its service's generation now, before
+        authentication (Load Balancer spec), so that a clear of the service
+        while it authenticates makes it stale."""
+        self.service_id = service_id
+        self._pool._take_service_generation(self)
+
     def __enter__(self) -> Connection[T]:
         return self
 
@@ -228,7 +236,7 @@ class Pool(Generic[T]):
         self._maintainer: gevent.Greenlet | None = None
         self._fillers: set[gevent.Greenlet] = set()
         forking.track(self)
-        self._events.pool_created(self.options.non_default())
+        self._events.pool_created(self.options.reported())
         self._events.flush()
 
     # -- what users read --------------------------------------------------------
@@ -255,9 +263,8 @@ class Pool(Generic[T]):
         if self._load_balanced and conn._counted:
             entry = self._services.get(conn.service_id)
             return entry is None or conn.generation != entry[0]
-        # A load-balanced connection still establishing (an authentication
-        # error, say) takes its service's generation only once established;
-        # until then only a fork reset makes it stale.
+        # A load-balanced connection takes its service's generation after its
+        # hello (handshake_done); before that only a fork reset makes it stale.
         return conn.generation != self._generation
 
     def stats(self) -> PoolStats:
@@ -446,11 +453,9 @@ class Pool(Generic[T]):
         # Still "filling" if the maintenance greenlet made it: it is owed to
         # the first waiter (see _grant) until _fill hands it on.
         self._pending.discard(conn)
-        if self.options.load_balanced:
-            entry = self._services.setdefault(conn.service_id, [0, 0])
-            conn.generation = entry[0]
-            entry[1] += 1
-            conn._counted = True
+        # A connector that did not report its hello (handshake_done) gets
+        # its service's generation now.
+        self._take_service_generation(conn)
         conn.state = ConnectionState.IN_USE
         self._in_use.add(conn)
         self._events.connection_ready(conn.id, _now() - conn._created_at)
@@ -458,27 +463,46 @@ class Pool(Generic[T]):
         # this in-use connection; the caller flushes once it owns it.
         self._rebalance()
 
+    def _take_service_generation(self, conn: Connection[T]) -> None:
+        if not self.options.load_balanced or conn._counted or conn._pid != self._pid:
+            return
+        entry = self._services.setdefault(conn.service_id, [0, 0])
+        conn.generation = entry[0]
+        entry[1] += 1
+        conn._counted = True
+
     def _abandon(self, conn: Connection[T], error: BaseException) -> None:
         """A pending connection failed to establish: close it, then hand on."""
         if conn._pid != self._pid:
             return  # the process forked; the reset already dropped it
         self._unpend(conn)
         conn.state = ConnectionState.CLOSED
+        # No longer counted in its service; the entry stays (even at zero)
+        # until SDAM has judged the error, which needs its generation.
+        entry = self._services.get(conn.service_id) if conn._counted else None
+        if entry is not None:
+            entry[1] -= 1
         self._rebalance()  # hand on the freed slot before anything can yield
         reason = _Closed.POOL_CLOSED if self.closed else _Closed.ERROR
-        if not isinstance(error, Exception):  # a kill: no SDAM handling, no yield
-            self._events.connection_closed(conn.id, reason, error)
-            self._events.flush_later()
-            return
         try:
-            # SDAM error handling (which may clear the pool) comes before
-            # ConnectionClosed, as the spec's pool-create-min-size-error orders it.
-            handler = self._on_establish_error
-            if handler is not None and isinstance(error, Exception) and not self.closed:
-                handler(error, conn)
+            if not isinstance(error, Exception):  # a kill: no SDAM handling, no yield
+                self._events.connection_closed(conn.id, reason, error)
+                self._events.flush_later()
+                return
+            try:
+                # SDAM error handling (which may clear the pool) comes before
+                # ConnectionClosed, as the spec's pool-create-min-size-error orders it.
+                handler = self._on_establish_error
+                if handler is not None and isinstance(error, Exception) and not self.closed:
+                    handler(error, conn)
+            finally:
+                self._events.connection_closed(conn.id, reason, error)
+                self._events.flush()
         finally:
-            self._events.connection_closed(conn.id, reason, error)
-            self._events.flush()
+            if entry is not None:
+                conn._counted = False
+                if entry[1] == 0 and self._services.get(conn.service_id) is entry:
+                    del self._services[conn.service_id]
 
     def _unpend(self, conn: Connection[T]) -> None:
         self._pending.discard(conn)
@@ -906,7 +930,8 @@ class Pool(Generic[T]):
         if self._queue and self._may_create() and len(self._queue) > len(self._filling):
             fail("checkouts wait while a connection could be created")
         counts = Counter(conn.service_id for conn in everyone if conn._counted)
-        if {sid: entry[1] for sid, entry in self._services.items()} != dict(counts):
+        # A zero entry is one kept while SDAM judges an establishment error.
+        if {sid: entry[1] for sid, entry in self._services.items() if entry[1]} != dict(counts):
             fail("serviceId connection counts are off")
 
 

@@ -36,6 +36,7 @@ from greenpool.errors import ProtocolError
 from greenpool.link import handshake_completed
 from greenpool.pool import Connection, Pool
 from greenpool.sdam import ErrorContext, Phase, Verdict, check_failed, judge
+from greenpool.topologylog import log_event
 from greenpool.waitqueue import Alarm, WaitQueue, WaitTimedOut
 
 __all__ = ["Checker", "Monitor", "Topology"]
@@ -110,8 +111,10 @@ class Topology:
         self._emit("opened", _m.ServerOpeningEvent(self.address, self.topology_id))
         if self.load_balanced:
             # The Load Balancer spec: no monitor, and the server is described
-            # as a LoadBalancer from the start.
-            hello = Hello({"ok": 1, "serviceId": self.topology_id, "maxWireVersion": 13})
+            # as a LoadBalancer from the start, with every field but its
+            # address and type unset (a serviceId is how PyMongo's Hello
+            # tells the type; the description does not keep it).
+            hello = Hello({"ok": 1, "serviceId": self.topology_id})
             self._change_server(ServerDescription(self.address, hello))
             self.pool.ready()
         else:
@@ -177,7 +180,9 @@ class Topology:
             error, phase,
             stale=conn is not None and self.pool.is_stale(conn),
             load_balanced=self.load_balanced,
-            max_wire_version=self._server.max_wire_version,
+            # Behind a load balancer the description has no wire version
+            # (the Load Balancer spec needs servers of 5.0 and later).
+            max_wire_version=None if self.load_balanced else self._server.max_wire_version,
         )
         verdict = judge(context)
         self._apply(verdict, error, service_id=conn.service_id if conn is not None else None)
@@ -227,7 +232,10 @@ class Topology:
         self._emit("description_changed", _m.TopologyDescriptionChangedEvent(
             old, new, self.topology_id))
 
-    def _emit(self, method: str, event: object) -> None:
+    def _emit(self, method: str, event: object, *, driver_connection_id: int | None = None,
+              server_connection_id: int | None = None) -> None:
+        log_event(self.topology_id, event, driver_connection_id=driver_connection_id,
+                  server_connection_id=server_connection_id)
         kind = _LISTENER_KINDS[type(event)]
         for listener in self._listeners:
             if isinstance(listener, kind):
@@ -273,6 +281,11 @@ class Monitor:
         # the process forked, the monitor stopped.
         self._epoch = 0
         self._stopped = False
+        # For the heartbeat log messages: the monitoring connections opened
+        # so far (the current one's driverConnectionId), and the server's id
+        # for the current one once a reply told it.
+        self._connections = 0
+        self._server_connection_id: int | None = None
         _monitors.add(self)
 
     def start(self) -> None:
@@ -338,11 +351,17 @@ class Monitor:
         reply, applying it) is a failed check, reported with that error."""
         topology = self._topology
         self._last_check = time.monotonic()
+        if self._checker is None:
+            self._connections += 1  # this check opens a new monitoring connection
+            self._server_connection_id = None
+        ids = {"driver_connection_id": self._connections,
+               "server_connection_id": self._server_connection_id}
         started = time.monotonic()
         epoch = self._epoch
         checker = self._checker
         try:
-            topology._emit("started", _m.ServerHeartbeatStartedEvent(topology.address, False))
+            topology._emit("started", _m.ServerHeartbeatStartedEvent(topology.address, False),
+                           **ids)
             if checker is None:
                 checker = self._checker = self._make_checker()
             reply, round_trip = checker.check()
@@ -362,15 +381,18 @@ class Monitor:
                 raise ProtocolError(
                     f"{format_address(topology.address)}: PyMongo cannot parse the hello "
                     f"reply: {exc!r}") from exc
+            server_id = reply.get("connectionId")
+            if isinstance(server_id, int) and not isinstance(server_id, bool):
+                self._server_connection_id = ids["server_connection_id"] = server_id
             topology._emit("succeeded", _m.ServerHeartbeatSucceededEvent(
-                round_trip, hello, topology.address, False))
+                round_trip, hello, topology.address, False), **ids)
             topology.check_succeeded(description)
         except Exception as error:
             if self._epoch != epoch:
                 return None  # cancelled, forked or stopped meanwhile: not the server's doing
             self.cancel_check()
             topology._emit("failed", _m.ServerHeartbeatFailedEvent(
-                time.monotonic() - started, error, topology.address, False))
+                time.monotonic() - started, error, topology.address, False), **ids)
             topology.check_failed(error)
             return error
         return None

@@ -37,12 +37,14 @@ import gevent.lock
 import pymongo
 from pymongo import common as _pymongo_common
 from pymongo import errors as _pymongo_errors
+from pymongo.read_preferences import _ServerMode
 
 try:  # PyMongo 4.12 and later
     from pymongo.synchronous.uri_parser import parse_uri as _pymongo_parse_uri
 except ImportError:  # PyMongo 4.9 to 4.11
     from pymongo.uri_parser import parse_uri as _pymongo_parse_uri
 
+from greenpool import readpref
 from greenpool.address import Address
 from greenpool.errors import ConfigurationError
 from greenpool.options import PoolOptions
@@ -216,14 +218,30 @@ class ClientSettings:
     srv_service_name: str = "mongodb"
     retry_reads: bool = True
     retry_writes: bool = True
-    #: The readPreference mode; its tags and maxStalenessSeconds are in ``extra``.
+    #: The readPreference mode, in the spec's camel case.
     read_preference: str = "primary"
+    #: readPreferenceTags: the tag sets, in order (none means any server).
+    read_preference_tags: tuple[Mapping[str, str], ...] = ()
+    #: maxStalenessSeconds; -1 means no maximum.
+    max_staleness_seconds: int = -1
     extra: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
 
     @property
     def load_balanced(self) -> bool:
         """loadBalanced, which lives in :attr:`pool` (the pool needs it too)."""
         return self.pool.load_balanced
+
+    def read_preference_object(self) -> _ServerMode:
+        """readPreference, readPreferenceTags and maxStalenessSeconds as one
+        PyMongo read preference (what :meth:`greenpool.Client.find` uses by default).
+
+        >>> parse_uri("mongodb://h/?readPreference=nearest&readPreferenceTags=dc:ny"
+        ...           ).read_preference_object().document
+        {'mode': 'nearest', 'tags': [{'dc': 'ny'}]}
+        """
+        return readpref.make(self.read_preference,
+                             [dict(t) for t in self.read_preference_tags] or None,
+                             self.max_staleness_seconds)
 
     def ssl_context(self) -> ssl.SSLContext | None:
         """A TLS context for this client's connections; None when TLS is off.
@@ -442,9 +460,25 @@ def _settings(parsed: Mapping[str, Any]) -> ClientSettings:
         srv_service_name=options.pop("srvservicename", "mongodb"),
         retry_reads=options.pop("retryreads", True),
         retry_writes=options.pop("retrywrites", True),
-        read_preference=options.pop("readpreference", "primary"),
+        **_read_preference(options),
         extra=MappingProxyType({name: _conceal(name, value) for name, value in options.items()}),
     )
+
+
+def _read_preference(options: dict[str, Any]) -> dict[str, Any]:
+    mode = options.pop("readpreference", "primary")
+    tags = tuple(MappingProxyType(dict(t)) for t in options.pop("readpreferencetags", ()))
+    staleness = options.pop("maxstalenessseconds", -1)
+    # The spec's rules across the three options (primary takes no tags and no
+    # maxStalenessSeconds): an error naming them, as PyMongo's client raises.
+    try:
+        readpref.make(mode, [dict(t) for t in tags] or None, staleness)
+    except ConfigurationError as error:
+        raise ConfigurationError(
+            f"the connection string's readPreference, readPreferenceTags and "
+            f"maxStalenessSeconds conflict: {error}") from None
+    return {"read_preference": mode, "read_preference_tags": tags,
+            "max_staleness_seconds": staleness}
 
 
 def _tls(options: dict[str, Any]) -> bool:

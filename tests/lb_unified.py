@@ -111,12 +111,16 @@ def _type_matches(name: str, value: Any) -> bool:
                 and -(2**31) <= value < 2**31)
     if name == "long":
         return isinstance(value, int) and not isinstance(value, bool)
+    if name == "double":
+        return isinstance(value, float)
+    if name == "bool":
+        return isinstance(value, bool)
     raise AssertionError(f"$$type {name!r} is not supported by this runner")
 
 
 def match(expected: Any, actual: Any, path: str = "", *, root: bool = True) -> None:
     """Assert that ``actual`` matches ``expected`` (unified format rules: extra keys only in
-    the root document; ``$$type``; numbers by value)."""
+    the root document; ``$$type``; ``$$exists``; numbers by value)."""
     if isinstance(expected, Mapping):
         if set(expected) == {"$$type"}:
             types = expected["$$type"]
@@ -126,6 +130,11 @@ def match(expected: Any, actual: Any, path: str = "", *, root: bool = True) -> N
             return
         assert isinstance(actual, Mapping), f"{path}: expected a document, got {actual!r}"
         for key, value in expected.items():
+            if isinstance(value, Mapping) and set(value) == {"$$exists"}:
+                assert (key in actual) is value["$$exists"], (
+                    f"{path}: {key!r} should {'' if value['$$exists'] else 'not '}exist in "
+                    f"{dict(actual)!r}")
+                continue
             assert key in actual, f"{path}: no {key!r} in {dict(actual)!r}"
             match(value, actual[key], f"{path}.{key}", root=False)
         if not root:
@@ -319,11 +328,11 @@ class Runner:
     def op_find(self, collection: Any, *, filter: Any, **arguments: Any) -> Any:
         client, db, coll, options = collection
         session = self._session(arguments)
-        extra = {}
-        if "readPreference" in options:
-            extra["$readPreference"] = options["readPreference"]
+        # The collection's read preference is the Client's find() argument;
+        # whether and how it reaches the server is the Client's decision.
         with client.find(db, coll, filter, batch_size=arguments.get("batchSize"),
-                         session=session, **extra) as cursor:
+                         session=session, read_preference=options.get("readPreference"),
+                         ) as cursor:
             return list(cursor)
 
     def op_createFindCursor(self, collection: Any, *, filter: Any, **arguments: Any) -> Any:

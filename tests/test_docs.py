@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -59,6 +60,11 @@ def test_html_builds_without_warnings(spec_report: Path, tmp_path: Path) -> None
     assert "pool-checkout-connection" in page  # one of the CMAP spec's own tests
     # Only modules that run the specs' own files: test_uri.py holds greenpool's own tests.
     assert "tests/test_uri.py" not in page
+    # The CMAP logging files, the prose tests and SDAM's load-balanced logging file.
+    text = re.sub(r"<[^>]+>", "", page)
+    assert "test_connection_logging[Create a client, run a command, and close the client]" in text
+    assert "test_prose_5_a_failed_connection_set_up_is_a_connection_error" in text
+    assert "test_logging_loadbalanced[Topology lifecycle]" in text
 
 
 @pytest.mark.timeout(SPEC_RUN_TIMEOUT)

@@ -1,5 +1,6 @@
-"""The URI Options spec tests: all of connection-pool-options.json, and the
-loadBalanced and timeoutMS cases of connection-options.json and srv-options.json.
+"""The URI Options spec tests: all of connection-pool-options.json and
+read-preference-options.json, and the loadBalanced and timeoutMS cases of
+connection-options.json and srv-options.json.
 
 Test ids are the spec's descriptions. The mongodb+srv:// cases resolve their
 hosts through the DNS stub (the seedlist README's zone), never real DNS.
@@ -18,6 +19,7 @@ from tests.uri_dns import install_stub, seedlist_zone
 from tests.uri_spec import MISSING, assert_options, query_options, uri_options_tests
 
 POOL = uri_options_tests("connection-pool-options.json")
+READ_PREFERENCE = uri_options_tests("read-preference-options.json")
 LOAD_BALANCED = [
     test
     for file_name in ("connection-options.json", "srv-options.json")
@@ -40,11 +42,17 @@ def _stub_dns(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.skipif(not POOL, reason=MISSING)
 def test_spec_files_are_present() -> None:
     """One visible skip when the spec files are missing; never a silent pass."""
-    assert (len(POOL), len(LOAD_BALANCED), len(TIMEOUT_MS)) == (7, 10, 4)
+    assert (len(POOL), len(READ_PREFERENCE), len(LOAD_BALANCED), len(TIMEOUT_MS)) == (7, 6, 10, 4)
 
 
 @pytest.mark.parametrize("test", POOL, ids=[test["description"] for test in POOL])
 def test_connection_pool_options(test: dict[str, Any]) -> None:
+    run_case(test)
+
+
+@pytest.mark.parametrize("test", READ_PREFERENCE,
+                         ids=[test["description"] for test in READ_PREFERENCE])
+def test_read_preference_options(test: dict[str, Any]) -> None:
     run_case(test)
 
 

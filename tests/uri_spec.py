@@ -34,6 +34,9 @@ SETTING: dict[str, Callable[[ClientSettings], Any]] = {
     "directconnection": lambda s: s.direct_connection,
     "srvmaxhosts": lambda s: s.srv_max_hosts,
     "ssl": lambda s: s.tls,
+    "readpreference": lambda s: s.read_preference,
+    "readpreferencetags": lambda s: [dict(tags) for tags in s.read_preference_tags],
+    "maxstalenessseconds": lambda s: s.max_staleness_seconds,
 }
 
 

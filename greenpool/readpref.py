@@ -1,0 +1,131 @@
+"""Read preferences: which server a read may go to, and what the command says about it.
+
+The Client talks to one endpoint, so a read preference never changes which
+server is selected; what it changes is the ``$readPreference`` field of the
+command, exactly as the Server Selection spec ("Passing read preference to
+mongos and load balancers", "Topology type: Single") says:
+
+* to a mongos or a load balancer: nothing for mode primary, otherwise the
+  read preference document (``mode``, ``tags``, ``maxStalenessSeconds``);
+* to a standalone server: nothing;
+* to any other server of a direct connection (a replica set member): the
+  read preference document, with primary sent as ``primaryPreferred`` so that
+  a secondary can answer (not inside a transaction, which runs on a primary).
+
+Values are PyMongo's read preference objects
+(``pymongo.ReadPreference.SECONDARY``, ``pymongo.read_preferences.Nearest(
+tag_sets=[{"dc": "ny"}])``...), a mode name (``"secondaryPreferred"``) or a
+document as the unified test format writes it
+(``{"mode": "nearest", "tags": [{"dc": "ny"}], "maxStalenessSeconds": 120}``).
+
+>>> command_field(coerce("secondaryPreferred"), load_balanced=True,
+...               server_type=SERVER_TYPE.LoadBalancer, in_transaction=False)
+{'mode': 'secondaryPreferred'}
+>>> command_field(coerce("primary"), load_balanced=True,
+...               server_type=SERVER_TYPE.LoadBalancer, in_transaction=False) is None
+True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pymongo.errors import ConfigurationError as _PyMongoConfigurationError
+from pymongo.read_preferences import (
+    _MONGOS_MODES,
+    ReadPreference,
+    _ServerMode,
+    make_read_preference,
+)
+from pymongo.server_type import SERVER_TYPE
+
+from greenpool.errors import ConfigurationError
+
+__all__ = ["PRIMARY", "SERVER_TYPE", "coerce", "command_field", "make"]
+
+#: The default read preference.
+PRIMARY: _ServerMode = ReadPreference.PRIMARY
+_PRIMARY_PREFERRED = {"mode": "primaryPreferred"}
+_DOCUMENT_KEYS = frozenset({"mode", "tags", "maxStalenessSeconds"})
+
+
+def make(mode: str, tag_sets: Sequence[Mapping[str, Any]] | None = None,
+         max_staleness: int = -1) -> _ServerMode:
+    """A read preference from its parts, validated: the mode's name in the
+    spec's camel case, a list of tag sets (documents of strings), and
+    maxStalenessSeconds (-1 for none, else a positive number of seconds).
+
+    :raises greenpool.ConfigurationError: naming the bad value; primary with
+        tags or with maxStalenessSeconds is refused, as the spec requires.
+    """
+    if not isinstance(mode, str) or mode not in _MONGOS_MODES:
+        raise ConfigurationError(
+            f"read preference mode {mode!r} is not one of {', '.join(_MONGOS_MODES)}")
+    tags = None if tag_sets is None else _check_tag_sets(tag_sets)
+    if (not isinstance(max_staleness, int) or isinstance(max_staleness, bool)
+            or (max_staleness != -1 and max_staleness <= 0)):
+        raise ConfigurationError(
+            f"maxStalenessSeconds must be -1 (no maximum) or a positive int, "
+            f"not {max_staleness!r}")
+    try:
+        return make_read_preference(_MONGOS_MODES.index(mode), tags, max_staleness)
+    except _PyMongoConfigurationError as error:
+        raise ConfigurationError(
+            f"invalid read preference (mode={mode!r}, tags={tags!r}, "
+            f"maxStalenessSeconds={max_staleness!r}): {error}") from None
+
+
+def coerce(value: object) -> _ServerMode:
+    """``value`` as a PyMongo read preference: one already, a mode name, or a
+    ``{"mode", "tags", "maxStalenessSeconds"}`` document.
+
+    :raises greenpool.ConfigurationError: naming the bad value.
+    """
+    if isinstance(value, _ServerMode):
+        return value
+    if isinstance(value, str):
+        return make(value)
+    if isinstance(value, Mapping):
+        unknown = set(value) - _DOCUMENT_KEYS
+        if unknown or "mode" not in value:
+            raise ConfigurationError(
+                f"a read preference document has a 'mode' and may have 'tags' and "
+                f"'maxStalenessSeconds', not {dict(value)!r}")
+        staleness = value.get("maxStalenessSeconds", -1)
+        return make(value["mode"], value.get("tags"), -1 if staleness is None else staleness)
+    raise ConfigurationError(
+        f"read_preference must be a PyMongo read preference, a mode name or a document, "
+        f"not {value!r}")
+
+
+def command_field(preference: _ServerMode, *, load_balanced: bool, server_type: int,
+                  in_transaction: bool) -> dict[str, Any] | None:
+    """The ``$readPreference`` a read command carries to this server, or None
+    when it must carry none (Server Selection spec, for OP_MSG)."""
+    if load_balanced or server_type == SERVER_TYPE.Mongos:
+        if preference.mode == PRIMARY.mode:
+            return None
+        return dict(preference.document)
+    if server_type in (SERVER_TYPE.Standalone, SERVER_TYPE.Unknown):
+        return None
+    if preference.mode == PRIMARY.mode:
+        # A direct connection to a replica set member: whatever its state, it
+        # may answer; inside a transaction the member is the primary.
+        return None if in_transaction else dict(_PRIMARY_PREFERRED)
+    return dict(preference.document)
+
+
+def _check_tag_sets(tag_sets: object) -> list[dict[str, str]]:
+    if isinstance(tag_sets, (str, bytes, Mapping)) or not isinstance(tag_sets, Sequence):
+        raise ConfigurationError(
+            f"read preference tags must be a list of documents, not {tag_sets!r}")
+    checked = []
+    for tag_set in tag_sets:
+        if not isinstance(tag_set, Mapping) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in tag_set.items()):
+            raise ConfigurationError(
+                f"a read preference tag set must be a document of strings, not {tag_set!r} "
+                f"(in {tag_sets!r})")
+        checked.append(dict(tag_set))
+    return checked

@@ -1,0 +1,247 @@
+"""A mini runner for the unified test format's log message tests: exactly what the CMAP
+logging files (``connection-monitoring-and-pooling/tests/logging/*.json``) and SDAM's
+``logging-loadbalanced.json`` use, against ``greenpool.Client``.
+
+What it supports: ``createEntities`` (file level and as an operation) of clients with
+``uriOptions``, ``observeEvents`` and ``observeLogMessages``; the operations
+``waitForEvent``, ``failPoint``, ``listDatabases`` and ``close``; ``expectError``;
+``expectLogMessages`` matched exactly and in order (``$$type``, ``$$exists``).
+
+Log messages are captured from the ``greenpool.connection`` and ``greenpool.topology``
+loggers (the ``connection`` and ``topology`` components) with a handler on each, and
+compared when the operations are over, before any client is closed by the runner (a
+test that wants the closing messages closes its client itself). A client's topology
+messages are those carrying its topologyId; its connection messages are all of
+``greenpool.connection`` (the runner never makes a second greenpool client).
+
+The ``failPointClient`` the files declare is the runner's own tool, a PyMongo client
+straight to the server (not a greenpool client, whose pool would log too).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+import gevent
+import gevent.event
+from pymongo import MongoClient
+from pymongo import monitoring as _m
+from pymongo.errors import PyMongoError
+
+import greenpool
+from tests.lb_unified import check_error, match
+
+COMPONENTS = {"connection": "greenpool.connection", "topology": "greenpool.topology"}
+LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "notice": logging.INFO,
+          "warn": logging.WARNING, "error": logging.ERROR}
+# Short timeouts so that a regression fails instead of hanging.
+CLIENT_TIMEOUTS = {"serverSelectionTimeoutMS": 5000, "connectTimeoutMS": 5000,
+                   "socketTimeoutMS": 10000}
+
+
+def load_cases(path: Path) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """``(file, test)`` for every test of one file; none if the file is missing."""
+    if not path.exists():
+        return []
+    spec = json.loads(path.read_text())
+    return [(spec, test) for test in spec["tests"]]
+
+
+def _event_name(event: Any) -> str:
+    name = type(event).__name__
+    return name[0].lower() + name[1:]
+
+
+class EventWaiter(_m.ConnectionPoolListener, _m.TopologyListener, _m.ServerListener):
+    """Counts the events a client entity observes, for ``waitForEvent``."""
+
+    def __init__(self, observe: list[str]) -> None:
+        self.observe = set(observe)
+        self.names: list[str] = []
+        self._changed = gevent.event.Event()
+
+    def _record(self, event: Any) -> None:
+        name = _event_name(event)
+        if name in self.observe:
+            self.names.append(name)
+            self._changed.set()
+
+    pool_created = pool_ready = pool_cleared = pool_closed = _record
+    connection_created = connection_ready = connection_closed = _record
+    connection_check_out_started = connection_check_out_failed = _record
+    connection_checked_out = connection_checked_in = _record
+    opened = description_changed = closed = _record
+
+    def wait_for(self, name: str, count: int, timeout: float = 10) -> None:
+        with gevent.Timeout(timeout, AssertionError(
+                f"no {count} {name} within {timeout} s; saw {self.names}")):
+            while self.names.count(name) < count:
+                self._changed.clear()
+                self._changed.wait()
+
+
+class LogCapture(logging.Handler):
+    """Every record of the components' loggers, with its component."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[tuple[str, logging.LogRecord]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        for component, name in COMPONENTS.items():
+            if record.name == name:
+                self.records.append((component, record))
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[LogCapture]:
+        loggers = [logging.getLogger(name) for name in COMPONENTS.values()]
+        levels = [logger.level for logger in loggers]
+        for logger in loggers:
+            logger.addHandler(self)
+            logger.setLevel(logging.DEBUG)
+        try:
+            yield self
+        finally:
+            for logger, level in zip(loggers, levels, strict=True):
+                logger.removeHandler(self)
+                logger.setLevel(level)
+
+
+@dataclass
+class ClientEntity:
+    client: greenpool.Client
+    waiter: EventWaiter
+    observe_logs: dict[str, int]
+
+
+@dataclass
+class LoggingRunner:
+    """Runs one test. ``uri`` is the server's (or the balancer's) URI, credentials
+    included when the test needs them; ``fail_point_client`` makes the runner's own
+    client for ``failPoint``."""
+
+    uri: str
+    fail_point_client: Callable[[], MongoClient[dict[str, Any]]] | None = None
+    clients: dict[str, ClientEntity] = field(default_factory=dict)
+    _tools: list[MongoClient[dict[str, Any]]] = field(default_factory=list)
+    _fail_points: list[tuple[MongoClient[dict[str, Any]], str]] = field(default_factory=list)
+
+    def run(self, spec: Mapping[str, Any], test: Mapping[str, Any]) -> None:
+        with LogCapture().installed() as capture:
+            try:
+                for entity in spec.get("createEntities") or []:
+                    self.create_entity(entity)
+                for operation in test["operations"]:
+                    self.operation(operation)
+                gevent.sleep(0)  # messages of the last yield
+                for expected in test.get("expectLogMessages") or []:
+                    self.check_messages(expected, capture)
+            finally:
+                self.close()
+
+    # -- entities -------------------------------------------------------------------------
+
+    def client_uri(self, options: Mapping[str, Any]) -> str:
+        given = {**CLIENT_TIMEOUTS, **options}
+        query = urlencode({k: str(v).lower() if isinstance(v, bool) else v
+                           for k, v in given.items()})
+        return f"{self.uri}{'&' if '?' in self.uri else '?'}{query}"
+
+    def create_entity(self, entity: Mapping[str, Any]) -> None:
+        ((kind, spec),) = entity.items()
+        assert kind == "client", f"entity type {kind!r} is not supported by this runner"
+        if spec["id"] == "failPointClient":
+            return  # the runner's own PyMongo client, made when a failPoint needs it
+        waiter = EventWaiter(spec.get("observeEvents") or [])
+        observe = {component: LEVELS[level]
+                   for component, level in (spec.get("observeLogMessages") or {}).items()}
+        client = greenpool.Client(self.client_uri(spec.get("uriOptions") or {}),
+                                  event_listeners=[waiter])
+        assert not self.clients, "one greenpool client per test: connection logs are global"
+        self.clients[spec["id"]] = ClientEntity(client, waiter, observe)
+
+    def close(self) -> None:
+        for tool, name in self._fail_points:
+            with contextlib.suppress(PyMongoError):
+                tool.admin.command({"configureFailPoint": name, "mode": "off"})
+        for tool in self._tools:
+            tool.close()
+        for entity in self.clients.values():
+            entity.client.close()
+
+    # -- operations -----------------------------------------------------------------------
+
+    def operation(self, operation: Mapping[str, Any]) -> None:
+        name = operation["name"]
+        arguments = dict(operation.get("arguments") or {})
+        target = operation["object"]
+        error: BaseException | None = None
+        try:
+            if target == "testRunner":
+                getattr(self, f"op_{name}")(**arguments)
+            else:
+                getattr(self, f"op_{name}")(self.clients[target].client, **arguments)
+        except PyMongoError as caught:
+            if "expectError" not in operation:
+                raise
+            error = caught
+        if "expectError" in operation:
+            check_error(operation["expectError"], error)
+
+    def op_createEntities(self, *, entities: list[Mapping[str, Any]]) -> None:
+        for entity in entities:
+            self.create_entity(entity)
+
+    def op_waitForEvent(self, *, client: str, event: Mapping[str, Any], count: int) -> None:
+        ((name, fields),) = event.items()
+        assert not fields, f"waitForEvent with fields {fields} is not supported by this runner"
+        self.clients[client].waiter.wait_for(name, count)
+
+    def op_failPoint(self, *, client: str, failPoint: Mapping[str, Any]) -> None:
+        assert client == "failPointClient", client
+        assert self.fail_point_client is not None, "this test's server takes no fail points"
+        tool = self.fail_point_client()
+        self._tools.append(tool)
+        tool.admin.command(dict(failPoint))
+        self._fail_points.append((tool, failPoint["configureFailPoint"]))
+
+    def op_listDatabases(self, client: greenpool.Client, *, filter: Any) -> Any:
+        return client.command("admin", {"listDatabases": 1, "filter": filter})
+
+    def op_close(self, client: greenpool.Client) -> None:
+        client.close()
+
+    # -- expectations ---------------------------------------------------------------------
+
+    def check_messages(self, expected: Mapping[str, Any], capture: LogCapture) -> None:
+        entity = self.clients[expected["client"]]
+        topology_id = entity.client.topology.topology_id
+        actual = []
+        for component, record in capture.records:
+            level = entity.observe_logs.get(component)
+            if level is None or record.levelno < level:
+                continue
+            data: dict[str, Any] = record.structured  # type: ignore[attr-defined]
+            if component == "topology" and data.get("topologyId") != topology_id:
+                continue  # another client's topology
+            actual.append((component, record, data))
+        wanted = expected["messages"]
+        if expected.get("ignoreExtraMessages"):
+            actual = actual[:len(wanted)]
+        seen = [data["message"] for _, _, data in actual]
+        assert len(actual) == len(wanted), (
+            f"{expected['client']}: expected {[w['data']['message'] for w in wanted]}, "
+            f"got {seen}")
+        for index, (want, (component, record, data)) in enumerate(
+                zip(wanted, actual, strict=True)):
+            where = f"message {index} ({data.get('message')!r})"
+            assert component == want["component"], f"{where}: component {component}"
+            assert record.levelno == LEVELS[want["level"]], f"{where}: level {record.levelname}"
+            match(want["data"], data, where)
