@@ -96,7 +96,10 @@ __all__ = [
 ]
 
 SUPPORTED_PYMONGO = ((4, 19), (4, 21))
-"""The PyMongo versions this module supports: ``>= 4.19, < 4.21`` (as in setup.cfg).
+"""The PyMongo versions this module supports: ``>= 4.19, < 4.21``.
+
+The ``pymongo`` extra pins the same range (``pip install 'greenpool[pymongo]'``);
+greenpool itself (the Client and the pool) needs only ``pymongo>=4.9``.
 
 4.19 is the first release whose own pool fixes PYTHON-6074/6136 (it still
 serves the monitor pools here) and whose client runs SDAM error handling
@@ -126,7 +129,8 @@ def check_pymongo_version(version: str) -> None:
             f"greenpool.pymongo supports pymongo{_supported_text()}, but pymongo {version} "
             f"is installed: it relies on private PyMongo internals (the _pool_class and "
             f"_condition_class keywords, the pool's counters) reviewed only for that range. "
-            f"Install a supported version: pip install 'pymongo{_supported_text()}'"
+            f"Install a supported version: pip install 'pymongo{_supported_text()}' "
+            f"(or pip install 'greenpool[pymongo]')"
         )
 
 

@@ -51,14 +51,27 @@ def network(monkeypatch: pytest.MonkeyPatch) -> FakeNetwork:
 # -- the supported PyMongo versions ------------------------------------------------------------
 
 
-def test_installed_pymongo_is_in_the_declared_range() -> None:
+def _setup_cfg() -> configparser.ConfigParser:
     config = configparser.ConfigParser()
     config.read(ROOT / "setup.cfg")
-    requirements = config["options"]["install_requires"].split()
+    return config
+
+
+def test_installed_pymongo_is_in_the_declared_range() -> None:
+    extra = _setup_cfg()["options.extras_require"]["pymongo"].split()
     low, high = adapter.SUPPORTED_PYMONGO
     declared = f"pymongo>={low[0]}.{low[1]},<{high[0]}.{high[1]}"
-    assert declared in requirements, (declared, requirements)
+    assert extra == [declared], (declared, extra)
     adapter.check_pymongo_version(pymongo.version)  # what the import already did
+
+
+def test_the_base_requirement_has_no_upper_bound_and_admits_the_adapter_range() -> None:
+    # greenpool.Client needs only PyMongo's public parts: installing greenpool must not
+    # move an application's PyMongo, so the adapter's pin lives in the extra alone.
+    base = [req for req in _setup_cfg()["options"]["install_requires"].split()
+            if req.startswith("pymongo")]
+    assert base == ["pymongo>=4.9"], base
+    assert adapter.SUPPORTED_PYMONGO[0] >= (4, 9)
 
 
 @pytest.mark.parametrize("version", ["4.18.3", "4.21.0", "5.0.0", "3.13.0", "nonsense"])
@@ -68,6 +81,7 @@ def test_an_unsupported_pymongo_is_refused_with_both_versions_named(version: str
     text = str(caught.value)
     assert f"pymongo {version} is installed" in text
     assert "pymongo>=4.19,<4.21" in text
+    assert "greenpool[pymongo]" in text
     assert isinstance(caught.value, ImportError)
 
 

@@ -63,10 +63,10 @@ def setup(where: Path = VENV, *pins: str, extras: str = "test") -> Path:
 
 
 def lowest_pymongo() -> str:
-    """``pymongo==X.Y.0`` for setup.cfg's ``pymongo>=X.Y,<...`` requirement."""
+    """``pymongo==X.Y.0`` for the ``pymongo>=X.Y,<...`` of setup.cfg's ``pymongo`` extra."""
     config = configparser.ConfigParser()
     config.read(ROOT / "setup.cfg")
-    for requirement in config["options"]["install_requires"].split():
+    for requirement in config["options.extras_require"]["pymongo"].split():
         found = re.fullmatch(r"pymongo>=(\d+)\.(\d+)(?:\.0)?,<[\d.]+", requirement)
         if found:
             return f"pymongo=={found[1]}.{found[2]}.0"
