@@ -150,7 +150,7 @@ from pymongo.pool_shared import (  # noqa: E402
 from pymongo.synchronous.pool import Connection, Pool  # noqa: E402
 from pymongo.typings import _DocumentType  # noqa: E402
 
-from greenpool.waitqueue import Slot, WaitQueue, WaitTimedOut  # noqa: E402
+from greenpool.waitqueue import Slot, Turns, WaitQueue, WaitTimedOut  # noqa: E402
 
 if TYPE_CHECKING:
     from bson.objectid import ObjectId
@@ -193,6 +193,7 @@ class GreenPool(Pool):
         self._gp_out: weakref.WeakSet[Connection] = weakref.WeakSet()
         # Bumped after a fork: counters changed before it are not undone after it.
         self._gp_epoch = 0
+        self._gp_turns = Turns()
 
     # -- the policy: never yields ------------------------------------------------
 
@@ -283,6 +284,8 @@ class GreenPool(Pool):
         self, checkout_started_time: float, handler: _ClientCheckout | None = None
     ) -> Connection:
         started = checkout_started_time
+        # Fair turns: may yield once, before anything is checked, counted or held.
+        self._gp_turns.take()
         if self.pid != os.getpid():
             self.reset_without_pause()
         if self.closed:

@@ -36,6 +36,7 @@ from tests.pymongo_support import (
     hold,
     make_pool,
 )
+from tests.turns import take_turns
 from tests.yield_points import YieldPoints as BaseYieldPoints
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -169,6 +170,28 @@ def test_waiters_are_served_in_arrival_order_and_a_returner_cannot_barge(
     gevent.joinall(waiters, timeout=5, raise_error=True)
     assert served == [*range(10), 99]
     assert counters(pool) == IDLE
+
+
+def test_greenlets_spawned_together_take_turns_when_nothing_blocks(
+        network: FakeNetwork) -> None:
+    # The fake network never blocks, as a server that answers before the
+    # greenlet waits: without fair turns the first greenlet took all its turns
+    # before the others had even started, so none of them was in the queue.
+    pool = make_pool({"maxPoolSize": 2})
+    pool.ready()
+    first, second = hold(pool), hold(pool)
+    pool.checkin(first)
+    pool.checkin(second)
+
+    def turn() -> None:
+        with pool.checkout():
+            pass
+
+    result = take_turns(turn, greenlets=20, turns=10)
+    assert result["longest_run"] <= 2, result["order"]
+    assert result["turns_before_everyone_started"] < 40, result["order"]
+    assert counters(pool) == IDLE
+    pool.close()
 
 
 def test_max_connecting_is_enforced(monkeypatch: pytest.MonkeyPatch) -> None:
