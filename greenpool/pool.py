@@ -47,7 +47,7 @@ from greenpool.errors import PoolClearedError, PoolClosedError, WaitQueueTimeout
 from greenpool.monitoring import Publisher
 from greenpool.options import PoolOptions
 from greenpool.poolstate import Action, PoolState, transition
-from greenpool.waitqueue import Alarm, WaitQueue, WaitTimedOut
+from greenpool.waitqueue import Alarm, Turns, WaitQueue, WaitTimedOut
 
 __all__ = ["Connection", "ConnectionState", "Pool", "PoolStats", "Purpose", "Transport"]
 
@@ -231,6 +231,7 @@ class Pool(Generic[T]):
         self._pending: set[Connection[T]] = set()
         self._filling: set[Connection[T]] = set()  # pending ones the background asked for
         self._queue: WaitQueue[Connection[T]] = WaitQueue()
+        self._turns = Turns()
         self._next_id = 1
         self._alarm = Alarm()
         self._maintainer: gevent.Greenlet | None = None
@@ -302,6 +303,7 @@ class Pool(Generic[T]):
             raise ValueError(f"checkout timeout must be None or a number >= 0, not {timeout!r}")
         if self._pid != os.getpid() or self._thread != _real_thread_id():
             self._check_owner()
+        self._turns.take()  # fair turns: may yield once, before anything is held
         # The fast path: nobody listens, nobody waits, the newest idle
         # connection is fresh. Anything else takes the general path below.
         if (self._state is PoolState.READY and not self._queue.waiting

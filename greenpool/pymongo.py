@@ -75,6 +75,8 @@ one hub per client (no OS threads using the same client).
 from __future__ import annotations
 
 import contextlib
+import inspect
+import logging
 import os
 import threading
 import time
@@ -95,14 +97,29 @@ __all__ = [
     "pool_factory",
 ]
 
-SUPPORTED_PYMONGO = ((4, 19), (4, 21))
-"""The PyMongo versions this module supports: ``>= 4.19, < 4.21`` (as in setup.cfg).
+SUPPORTED_PYMONGO = ((4, 9), (4, 21))
+"""The PyMongo versions this module supports: ``>= 4.9, < 4.21``.
 
-4.19 is the first release whose own pool fixes PYTHON-6074/6136 (it still
-serves the monitor pools here) and whose client runs SDAM error handling
-before checkin in a ``finally``; the overridden methods are unchanged from
-4.19 to 4.20. The upper bound is the newest release reviewed: PyMongo's pool
-internals move between minor releases."""
+The ``pymongo`` extra pins the same range (``pip install 'greenpool[pymongo]'``);
+greenpool itself (the Client and the pool) needs only ``pymongo>=4.9``.
+
+4.9 is the first release with the ``pymongo.synchronous`` layout and the
+``_pool_class``/``_condition_class`` keywords this module plugs into. The
+pool internals it overrides or relies on moved between minor releases; what
+differs is bridged here, so every guarantee holds on every supported release:
+
+* 4.9-4.17 publish events from each pool method (there is no
+  ``pool._telemetry``): :class:`GreenPool` publishes and logs its own as those
+  releases do. Their ``checkout()`` lost the connection when a kill landed in
+  the checked-out event or in SDAM error handling; :class:`GreenPool` checks
+  out and in the way 4.19 does instead.
+* 4.9-4.11 make sockets in ``_configured_socket``, 4.9-4.12 mark monitor
+  pools ``handshake=False`` rather than ``is_sdam=True``.
+* Monitor pools stay PyMongo's own on every release; nothing waits in them
+  and no application greenlet runs in them.
+
+The upper bound is the newest release reviewed. ``tools/dev.py test`` runs the
+adapter's tests on the latest patch of every minor release in the range."""
 
 
 class UnsupportedPyMongoVersion(ImportError):
@@ -126,7 +143,8 @@ def check_pymongo_version(version: str) -> None:
             f"greenpool.pymongo supports pymongo{_supported_text()}, but pymongo {version} "
             f"is installed: it relies on private PyMongo internals (the _pool_class and "
             f"_condition_class keywords, the pool's counters) reviewed only for that range. "
-            f"Install a supported version: pip install 'pymongo{_supported_text()}'"
+            f"Install a supported version: pip install 'pymongo{_supported_text()}' "
+            f"(or pip install 'greenpool[pymongo]')"
         )
 
 
@@ -135,22 +153,42 @@ check_pymongo_version(_pymongo.version)
 # Imported after the check: these private names are what the range guarantees.
 from pymongo import _csot  # noqa: E402
 from pymongo.errors import AutoReconnect, WaitQueueTimeoutError  # noqa: E402
-from pymongo.helpers_shared import _get_timeout_details  # noqa: E402
+from pymongo.logger import (  # noqa: E402
+    _CONNECTION_LOGGER,
+    _ConnectionStatusMessage,
+    _debug_log,
+    _verbose_connection_error_reason,
+)
 from pymongo.monitoring import ConnectionCheckOutFailedReason as _Failed  # noqa: E402
 from pymongo.monitoring import ConnectionClosedReason as _Closed  # noqa: E402
-from pymongo.pool_shared import (  # noqa: E402
-    PoolState,
-    _PoolClosedError,
-    _raise_connection_failure,
-)
+from pymongo.synchronous import pool as _stock_pool  # noqa: E402
 from pymongo.synchronous.pool import Connection, Pool  # noqa: E402
 from pymongo.typings import _DocumentType  # noqa: E402
 
-from greenpool.waitqueue import Slot, WaitQueue, WaitTimedOut  # noqa: E402
+from greenpool.waitqueue import Slot, Turns, WaitQueue, WaitTimedOut  # noqa: E402
 
 if TYPE_CHECKING:
     from bson.objectid import ObjectId
+    from pymongo.helpers_shared import _get_timeout_details
+    from pymongo.pool_shared import PoolState, _PoolClosedError, _raise_connection_failure
     from pymongo.synchronous.mongo_client import _ClientCheckout
+else:
+    # These moved between modules from release to release; PyMongo's own pool
+    # module defines or imports all four in every supported release.
+    PoolState = _stock_pool.PoolState
+    _PoolClosedError = _stock_pool._PoolClosedError
+    _raise_connection_failure = _stock_pool._raise_connection_failure
+    _get_timeout_details = _stock_pool._get_timeout_details
+
+_PYMONGO = tuple(int(part) for part in _pymongo.version.split(".")[:2])
+# 4.9-4.17: no pool._telemetry (each pool method publishes its events itself),
+# the pinned set is name-mangled, and checkout() is a generator that runs SDAM
+# error handling, then the checkin, with no ``finally`` between them.
+_LEGACY = _PYMONGO < (4, 18)
+# 4.9-4.12 tell a monitor pool by handshake=False; 4.13 on, by is_sdam=True.
+_MONITOR_FLAG, _MONITOR_VALUE = (
+    ("is_sdam", True) if "is_sdam" in inspect.signature(Pool.__init__).parameters
+    else ("handshake", False))
 
 _READY = PoolState.READY
 _CONN_ERROR_TEXT = "An error occurred while trying to establish a new connection"
@@ -189,6 +227,12 @@ class GreenPool(Pool):
         self._gp_out: weakref.WeakSet[Connection] = weakref.WeakSet()
         # Bumped after a fork: counters changed before it are not undone after it.
         self._gp_epoch = 0
+        self._gp_turns = Turns()
+        # The events and logs this class emits itself, and the set of pinned
+        # connections, wherever this PyMongo release keeps them.
+        self._gp_events: Any = _LegacyEvents(self) if _LEGACY else self._telemetry
+        self._gp_pinned: set[Connection] = (
+            vars(self)["_Pool__pinned_sockets"] if _LEGACY else self._pinned_sockets)
 
     # -- the policy: never yields ------------------------------------------------
 
@@ -279,15 +323,17 @@ class GreenPool(Pool):
         self, checkout_started_time: float, handler: _ClientCheckout | None = None
     ) -> Connection:
         started = checkout_started_time
+        # Fair turns: may yield once, before anything is checked, counted or held.
+        self._gp_turns.take()
         if self.pid != os.getpid():
             self.reset_without_pause()
         if self.closed:
-            self._telemetry.checkout_failed(
+            self._gp_events.checkout_failed(
                 "Connection pool was closed", _Failed.POOL_CLOSED, started)
             raise _PoolClosedError(
                 "Attempted to check out a connection from closed connection pool")
         if self.state != _READY:
-            self._telemetry.checkout_failed(_CONN_ERROR_TEXT, _Failed.CONN_ERROR, started)
+            self._gp_events.checkout_failed(_CONN_ERROR_TEXT, _Failed.CONN_ERROR, started)
             self._gp_raise_paused()
         if _csot.get_timeout():
             deadline = _csot.get_deadline()
@@ -310,7 +356,7 @@ class GreenPool(Pool):
             if not isinstance(error, _Paused):
                 raise
         if grant is None:  # failed by a clear while waiting
-            self._telemetry.checkout_failed(_CONN_ERROR_TEXT, _Failed.CONN_ERROR, started)
+            self._gp_events.checkout_failed(_CONN_ERROR_TEXT, _Failed.CONN_ERROR, started)
             self._gp_raise_paused()
 
         # Stage 2: the permit is ours; every failure below returns it first.
@@ -332,7 +378,7 @@ class GreenPool(Pool):
             if conn is not None:
                 conn.close_conn(_Closed.ERROR)
             if not reported:
-                self._telemetry.checkout_failed(_CONN_ERROR_TEXT, _Failed.CONN_ERROR, started)
+                self._gp_events.checkout_failed(_CONN_ERROR_TEXT, _Failed.CONN_ERROR, started)
             raise
         return conn
 
@@ -372,7 +418,7 @@ class GreenPool(Pool):
             # Checked out before a fork, checked in in the child: the pool
             # starts over and drops the connection unclosed, like PyMongo's.
             conn.active = conn.pinned_txn = conn.pinned_cursor = False
-            self._telemetry.checked_in(conn.id)
+            self._gp_events.checked_in(conn.id)
             self.reset_without_pause()
             return
         if conn not in self._gp_out:
@@ -381,7 +427,7 @@ class GreenPool(Pool):
         self._gp_out.discard(conn)
         txn, cursor = conn.pinned_txn, conn.pinned_cursor
         conn.active = conn.pinned_txn = conn.pinned_cursor = False
-        self._pinned_sockets.discard(conn)
+        self._gp_pinned.discard(conn)
         self.active_contexts.discard(conn.cancel_context)
         if txn:
             self.ntxns -= 1
@@ -404,9 +450,9 @@ class GreenPool(Pool):
             self.conns.appendleft(conn)
         self._gp_pump()  # the oldest waiter gets this connection, or the freed permit
         # ... then what may yield: events (listeners) and closing.
-        self._telemetry.checked_in(conn.id)
+        self._gp_events.checked_in(conn.id)
         if closed_by_error:
-            self._telemetry.connection_closed(conn.id, _Closed.ERROR)
+            self._gp_events.connection_closed(conn.id, _Closed.ERROR)
         if close_reason is not None:
             conn.close_conn(close_reason)
 
@@ -436,7 +482,7 @@ class GreenPool(Pool):
         self._gp_epoch += 1
         self.requests = self._pending = self.active_sockets = self.operation_count = 0
         self.ncursors = self.ntxns = 0
-        self._pinned_sockets.clear()
+        self._gp_pinned.clear()
         self._gp_out = weakref.WeakSet()
         # Greenlets copied from the parent may sit in the old queues; they
         # belong to the parent's hub state and are never woken.
@@ -490,11 +536,134 @@ class GreenPool(Pool):
 
 def pool_factory(address: Any, options: Any, *args: Any, **kwargs: Any) -> Pool:
     """PyMongo's ``_pool_class``: a :class:`GreenPool` for application pools,
-    PyMongo's own pool for monitoring (``is_sdam=True``)."""
-    if kwargs.get("is_sdam") or (args and args[0]):
+    PyMongo's own pool for monitoring (``is_sdam=True``; ``handshake=False``
+    before PyMongo 4.13)."""
+    flag = args[0] if args else kwargs.get(_MONITOR_FLAG, not _MONITOR_VALUE)
+    if flag == _MONITOR_VALUE:
         return Pool(address, options, *args, **kwargs)
     _require_patched_threading()
     return GreenPool(address, options, *args, **kwargs)
+
+
+class _LegacyEvents:
+    """PyMongo 4.9-4.17 have no ``pool._telemetry``: the reports
+    :class:`GreenPool` and :class:`_LegacyCheckout` make themselves, published
+    and logged as those releases' own pool does (``durationMS`` included,
+    which they log in seconds)."""
+
+    def __init__(self, pool: Pool) -> None:
+        self._pool = pool
+
+    def _publish(self) -> Any:
+        pool: Any = self._pool
+        return pool.opts._event_listeners if pool.enabled_for_cmap else None
+
+    def _log(self, message: str, **fields: Any) -> None:
+        pool: Any = self._pool
+        if pool.enabled_for_logging and _CONNECTION_LOGGER.isEnabledFor(logging.DEBUG):
+            _debug_log(_CONNECTION_LOGGER, clientId=pool._client_id, message=message,
+                       serverHost=pool.address[0], serverPort=pool.address[1], **fields)
+
+    def checkout_started(self) -> float:
+        started = time.monotonic()
+        listeners = self._publish()
+        if listeners is not None:
+            listeners.publish_connection_check_out_started(self._pool.address)
+        self._log(_ConnectionStatusMessage.CHECKOUT_STARTED)
+        return started
+
+    def checkout_succeeded(self, conn_id: int, start: float) -> None:
+        duration = time.monotonic() - start
+        listeners = self._publish()
+        if listeners is not None:
+            listeners.publish_connection_checked_out(self._pool.address, conn_id, duration)
+        self._log(_ConnectionStatusMessage.CHECKOUT_SUCCEEDED, driverConnectionId=conn_id,
+                  durationMS=duration)
+
+    def checkout_failed(self, reason: str, error: str, start: float) -> None:
+        duration = time.monotonic() - start
+        listeners = self._publish()
+        if listeners is not None:
+            listeners.publish_connection_check_out_failed(self._pool.address, error, duration)
+        self._log(_ConnectionStatusMessage.CHECKOUT_FAILED, reason=reason, error=error,
+                  durationMS=duration)
+
+    def checked_in(self, conn_id: int) -> None:
+        listeners = self._publish()
+        if listeners is not None:
+            listeners.publish_connection_checked_in(self._pool.address, conn_id)
+        self._log(_ConnectionStatusMessage.CHECKEDIN, driverConnectionId=conn_id)
+
+    def connection_closed(self, conn_id: int, reason: str) -> None:
+        listeners = self._publish()
+        if listeners is not None:
+            listeners.publish_connection_closed(self._pool.address, conn_id, reason)
+        self._log(_ConnectionStatusMessage.CONN_CLOSED, driverConnectionId=conn_id,
+                  reason=_verbose_connection_error_reason(reason), error=reason)
+
+
+class _LegacyCheckout:
+    """``GreenPool.checkout()`` on PyMongo 4.9-4.17, in the shape of 4.19's.
+
+    Their stock checkout is a generator that leaks the connection when a
+    kill lands in the checked-out event or log (nothing checks it in), and
+    that runs SDAM error handling (which may yield: a pool clear, listeners)
+    and then the checkin with no ``finally`` between, so a kill landing in
+    the handling lost the pool a slot for good. Here, as in 4.19: a failure
+    while reporting the checkout checks the connection in, and the checkin
+    after an error runs in a ``finally`` after the handling.
+    """
+
+    __slots__ = ("_conn", "_handler", "_pool")
+
+    def __init__(self, pool: GreenPool, handler: Any = None) -> None:
+        self._pool = pool
+        self._handler = handler
+        self._conn: Connection | None = None
+
+    def __enter__(self) -> Connection:
+        pool = self._pool
+        events = pool._gp_events
+        started = events.checkout_started()
+        conn = pool._get_conn(started, handler=self._handler)
+        try:
+            events.checkout_succeeded(conn.id, started)
+        except BaseException:
+            pool.checkin(conn)
+            raise
+        self._conn = conn
+        return conn
+
+    def __exit__(self, exc_type: Any, exc_val: Any, exc_tb: Any) -> None:
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        pool = self._pool
+        if exc_type is not None:
+            # The session owns a pinned connection and checks it in itself.
+            pinned = conn.pinned_txn or conn.pinned_cursor
+            try:
+                if self._handler is not None:  # while the connection is still out
+                    self._handler.handle(exc_type, exc_val)
+            finally:
+                if not pinned and conn.active:
+                    pool.checkin(conn)
+        elif conn.pinned_txn:
+            pool._gp_pinned.add(conn)
+            pool.ntxns += 1
+        elif conn.pinned_cursor:
+            pool._gp_pinned.add(conn)
+            pool.ncursors += 1
+        elif conn.active:
+            pool.checkin(conn)
+
+
+def _legacy_checkout(pool: GreenPool, handler: Any = None) -> _LegacyCheckout:
+    return _LegacyCheckout(pool, handler)
+
+
+if _LEGACY:
+    GreenPool.checkout = _legacy_checkout  # type: ignore[assignment,method-assign]
 
 
 def _require_patched_threading() -> None:

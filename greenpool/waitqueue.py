@@ -12,6 +12,8 @@ Three primitives, each small enough to reason about completely:
   early are skipped and compacted away, so leaving is O(1).
 * :class:`Alarm`: the maintenance greenlet's sleep, cut short by ``ring()``.
   Its timer does not keep ``Hub.join()`` from returning.
+* :class:`Turns`: fair turns for checkouts that find something free and so
+  never join a queue (see its docstring).
 
 gevent switches greenlets only when one blocks, so the code here changes its
 state without yielding and needs no lock. Resolving a slot and waking its
@@ -26,10 +28,10 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
-from gevent import get_hub, getcurrent
+from gevent import get_hub, getcurrent, sleep
 from gevent.exceptions import InvalidSwitchError
 
-__all__ = ["Alarm", "Slot", "WaitQueue", "WaitTimedOut"]
+__all__ = ["Alarm", "Slot", "Turns", "WaitQueue", "WaitTimedOut"]
 
 T = TypeVar("T")
 
@@ -240,3 +242,44 @@ class Alarm:
         greenlet = self._greenlet
         if greenlet is not None:
             greenlet.switch(self)
+
+
+class Turns:
+    """Fair turns at checkout, for greenlets that have not queued yet.
+
+    The wait queue is fair to greenlets that wait. But a greenlet whose server
+    answers before it blocks never yields: it checks in, finds its connection
+    free again (nobody queues, because the greenlets spawned with it have not
+    even started) and checks out again, turn after turn. :meth:`take`, called
+    at the start of every checkout, stops that: a greenlet that checks out
+    again with no other checkout in between, while other greenlets are ready
+    to run, first lets them run (``sleep(0)`` puts it behind every pending
+    hub callback, greenlet starts and wake-ups included), so they reach the
+    pool, and the queue, before it takes another turn.
+
+    The uncontended path pays a ``getcurrent()`` and a comparison; a lone
+    greenlet looping over commands yields only when something else is ready
+    to run. Nothing is held across the yield, so a kill there costs nothing.
+    """
+
+    __slots__ = ("_last", "_loop")
+
+    def __init__(self) -> None:
+        self._last: Any = None  # the greenlet that checked out last
+        self._loop: Any = None  # the hub's loop, on first need (a pool has one hub)
+
+    def take(self) -> None:
+        """Yield once first if this greenlet also had the previous turn and
+        others are ready to run."""
+        current = getcurrent()
+        if current is not self._last:
+            self._last = current
+            return
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = get_hub().loop
+        # Hub callbacks queued: greenlets to start or wake. A loop that does
+        # not expose its queue is assumed to have some.
+        if getattr(loop, "_callbacks", True):
+            sleep(0)
+            self._last = current  # whoever went meanwhile, this is the latest turn

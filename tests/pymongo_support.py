@@ -8,6 +8,7 @@ logs all run for real, without a server and without I/O.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -66,7 +67,11 @@ class FakeNetwork:
         self.service_id = ObjectId()
 
     def install(self, monkeypatch: Any) -> FakeNetwork:
-        monkeypatch.setattr(pymongo_pool, "_configured_socket_interface", self._socket)
+        # PyMongo 4.12 on make the socket in _configured_socket_interface; 4.9-4.11
+        # in _configured_socket. FakeSocket answers what Connection asks of either.
+        maker = ("_configured_socket_interface"
+                 if hasattr(pymongo_pool, "_configured_socket_interface") else "_configured_socket")
+        monkeypatch.setattr(pymongo_pool, maker, self._socket)
 
         def hello(conn: Any) -> None:  # a plain function: it becomes Connection's method
             self._hello(conn)
@@ -132,9 +137,18 @@ def check_invariants(pool: GreenPool) -> None:
             assert pool.requests >= limit or pool._pending >= pool._max_connecting, state
 
 
+# The checkout contexts of held connections. Before PyMongo 4.18 checkout()
+# is a generator: dropping its context would close the generator, and that
+# checks the connection back in.
+_HELD: weakref.WeakKeyDictionary[GreenPool, list[Any]] = weakref.WeakKeyDictionary()
+
+
 def hold(pool: GreenPool) -> Any:
     """Check a connection out and keep it (the spec runner's checkOut)."""
-    return pool.checkout().__enter__()
+    context = pool.checkout()
+    conn = context.__enter__()
+    _HELD.setdefault(pool, []).append(context)
+    return conn
 
 
 class SpecPool:

@@ -22,6 +22,7 @@ from greenpool import (
 )
 from tests.cmap_runner import EVENT_TYPES, Recorder
 from tests.mock import MockConnector
+from tests.turns import take_turns
 
 ADDRESS = ("db.test", 27017)
 
@@ -137,6 +138,28 @@ def test_waiters_are_served_in_arrival_order() -> None:
     pool.checkin(held)
     gevent.joinall(greenlets, timeout=10, raise_error=True)
     assert order == list(range(50))
+
+
+@pytest.mark.parametrize("listening", [False, True], ids=["fast-path", "with-listener"])
+def test_greenlets_spawned_together_take_turns_when_nothing_blocks(listening: bool) -> None:
+    # Connections that never block (a server that answers before the greenlet
+    # waits): without fair turns the first greenlet took all its turns before
+    # the others even started, since none of them had reached the queue yet.
+    pool, _ = make_pool({"maxPoolSize": 2}) if listening else (
+        Pool(ADDRESS, {"maxPoolSize": 2}, connector=MockConnector()), None)
+    pool.ready()
+    first, second = pool.checkout(), pool.checkout()
+    pool.checkin(first)
+    pool.checkin(second)
+
+    def turn() -> None:
+        with pool.checkout():
+            pass
+
+    result = take_turns(turn, greenlets=20, turns=10)
+    assert result["longest_run"] <= 2, result["order"]
+    assert result["turns_before_everyone_started"] < 40, result["order"]
+    pool.close()
 
 
 def test_a_newcomer_never_overtakes_a_waiter() -> None:

@@ -10,6 +10,7 @@ kill (GreenletExit, gevent.Timeout) at every yield point of a scenario.
 from __future__ import annotations
 
 import configparser
+import importlib.util
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,7 @@ from tests.pymongo_support import (
     hold,
     make_pool,
 )
+from tests.turns import take_turns
 from tests.yield_points import YieldPoints as BaseYieldPoints
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,27 +53,57 @@ def network(monkeypatch: pytest.MonkeyPatch) -> FakeNetwork:
 # -- the supported PyMongo versions ------------------------------------------------------------
 
 
-def test_installed_pymongo_is_in_the_declared_range() -> None:
+def _setup_cfg() -> configparser.ConfigParser:
     config = configparser.ConfigParser()
     config.read(ROOT / "setup.cfg")
-    requirements = config["options"]["install_requires"].split()
+    return config
+
+
+def test_installed_pymongo_is_in_the_declared_range() -> None:
+    extras = _setup_cfg()["options.extras_require"]
     low, high = adapter.SUPPORTED_PYMONGO
     declared = f"pymongo>={low[0]}.{low[1]},<{high[0]}.{high[1]}"
-    assert declared in requirements, (declared, requirements)
+    assert extras["pymongo"].split() == [declared], (declared, extras["pymongo"])
+    assert declared in extras["test"].split(), "the test extra pins the adapter's range too"
     adapter.check_pymongo_version(pymongo.version)  # what the import already did
 
 
-@pytest.mark.parametrize("version", ["4.18.3", "4.21.0", "5.0.0", "3.13.0", "nonsense"])
+def test_the_test_command_covers_every_supported_minor_release() -> None:
+    spec = importlib.util.spec_from_file_location("dev", ROOT / "tools" / "dev.py")
+    assert spec is not None and spec.loader is not None
+    dev = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(dev)
+    (low_major, low_minor), (high_major, high_minor) = adapter.SUPPORTED_PYMONGO
+    assert low_major == high_major == 4
+    minors = [tuple(int(part) for part in version.split(".")[:2])
+              for version in dev.PYMONGO_MATRIX]
+    assert minors == [(4, minor) for minor in range(low_minor, high_minor)], minors
+    for version in dev.PYMONGO_MATRIX:
+        adapter.check_pymongo_version(version)
+
+
+def test_the_base_requirement_has_no_upper_bound_and_admits_the_adapter_range() -> None:
+    # greenpool.Client needs only PyMongo's public parts: installing greenpool must not
+    # move an application's PyMongo, so the adapter's pin lives in the extra alone.
+    base = [req for req in _setup_cfg()["options"]["install_requires"].split()
+            if req.startswith("pymongo")]
+    assert base == ["pymongo>=4.9"], base
+    assert adapter.SUPPORTED_PYMONGO[0] >= (4, 9)
+
+
+@pytest.mark.parametrize("version", ["4.8.0", "4.21.0", "5.0.0", "3.13.0", "nonsense"])
 def test_an_unsupported_pymongo_is_refused_with_both_versions_named(version: str) -> None:
     with pytest.raises(adapter.UnsupportedPyMongoVersion) as caught:
         adapter.check_pymongo_version(version)
     text = str(caught.value)
     assert f"pymongo {version} is installed" in text
-    assert "pymongo>=4.19,<4.21" in text
+    assert "pymongo>=4.9,<4.21" in text
+    assert "greenpool[pymongo]" in text
     assert isinstance(caught.value, ImportError)
 
 
-@pytest.mark.parametrize("version", ["4.19.0", "4.20.0", "4.20.7", "4.19.0.dev1"])
+@pytest.mark.parametrize("version", ["4.9.2", "4.13.2", "4.19.0", "4.20.0", "4.20.7",
+                                     "4.19.0.dev1"])
 def test_supported_versions_pass(version: str) -> None:
     adapter.check_pymongo_version(version)
 
@@ -80,13 +112,20 @@ def test_supported_versions_pass(version: str) -> None:
 
 
 def test_factory_keeps_monitor_pools_stock_and_makes_app_pools_green() -> None:
+    # PyMongo 4.13 on mark a monitor pool is_sdam=True; 4.9-4.12, handshake=False.
     options = PoolOptions()
-    monitor = pool_factory(ADDRESS, options, is_sdam=True, client_id=None)
-    app = pool_factory(ADDRESS, options, client_id=None)
-    assert type(monitor) is StockPool
-    assert type(app) is GreenPool
-    monitor.close()
-    app.close()
+    flag, monitor_value = adapter._MONITOR_FLAG, adapter._MONITOR_VALUE
+    assert flag == ("is_sdam" if pymongo.version_tuple[:2] >= (4, 13) else "handshake")
+    pools = [
+        (pool_factory(ADDRESS, options, **{flag: monitor_value}, client_id=None), StockPool),
+        (pool_factory(ADDRESS, options, monitor_value, None), StockPool),
+        (pool_factory(ADDRESS, options, **{flag: not monitor_value}, client_id=None),
+         GreenPool),
+        (pool_factory(ADDRESS, options, client_id=None), GreenPool),
+    ]
+    for pool, expected in pools:
+        assert type(pool) is expected
+        pool.close()
 
 
 def test_client_refuses_other_pool_classes() -> None:
@@ -155,6 +194,28 @@ def test_waiters_are_served_in_arrival_order_and_a_returner_cannot_barge(
     gevent.joinall(waiters, timeout=5, raise_error=True)
     assert served == [*range(10), 99]
     assert counters(pool) == IDLE
+
+
+def test_greenlets_spawned_together_take_turns_when_nothing_blocks(
+        network: FakeNetwork) -> None:
+    # The fake network never blocks, as a server that answers before the
+    # greenlet waits: without fair turns the first greenlet took all its turns
+    # before the others had even started, so none of them was in the queue.
+    pool = make_pool({"maxPoolSize": 2})
+    pool.ready()
+    first, second = hold(pool), hold(pool)
+    pool.checkin(first)
+    pool.checkin(second)
+
+    def turn() -> None:
+        with pool.checkout():
+            pass
+
+    result = take_turns(turn, greenlets=20, turns=10)
+    assert result["longest_run"] <= 2, result["order"]
+    assert result["turns_before_everyone_started"] < 40, result["order"]
+    assert counters(pool) == IDLE
+    pool.close()
 
 
 def test_max_connecting_is_enforced(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -260,27 +321,28 @@ def test_kill_while_reacquiring_leaves_the_lock_consistent() -> None:
     lock = gevent.lock.RLock()
     condition = KillSafeCondition(lock)
     log: list[str] = []
+    waiting_started = gevent.event.Event()
 
     def waiter() -> None:
         try:
             with condition:
-                condition.wait(0.01)
+                waiting_started.set()
+                condition.wait(0.05)
         except gevent.GreenletExit:
             log.append(f"waiter killed, lock owned by me: {lock._is_owned()}")
             raise
 
     def holder() -> None:
-        with lock:
-            gevent.sleep(0.05)  # the waiter's timeout fires; it blocks re-acquiring
-            log.append("holder still alone")
+        waiting_started.wait()
+        with lock:  # taken as soon as the waiter's wait() lets go of it
+            gevent.sleep(0.1)  # the waiter's timeout fires; it blocks re-acquiring
+            waiting.kill(block=False)  # while the lock is surely held
             gevent.sleep(0.02)
+            log.append("holder still alone")
         log.append("holder released")
 
     waiting = gevent.spawn(waiter)
-    gevent.sleep(0.001)
     holding = gevent.spawn(holder)
-    gevent.sleep(0.03)
-    waiting.kill(block=False)
     gevent.joinall([waiting, holding], timeout=5)
     assert holding.successful(), holding.exception
     assert isinstance(waiting.exception, type(None)) or waiting.dead
@@ -298,10 +360,13 @@ def test_a_kill_during_reacquiring_after_a_timeout_is_not_lost() -> None:
     condition = KillSafeCondition(lock)
     log: list[str] = []
 
+    waiting_started = gevent.event.Event()
+
     def waiter() -> None:
-        own = gevent.Timeout(0.01)
+        own = gevent.Timeout(0.05)
         try:
             with own, condition:
+                waiting_started.set()
                 condition.wait()
         except gevent.Timeout as fired:
             log.append(f"own timeout: {fired is own}")
@@ -309,14 +374,13 @@ def test_a_kill_during_reacquiring_after_a_timeout_is_not_lost() -> None:
             gevent.sleep(0.001)
 
     def holder() -> None:
-        with lock:
-            gevent.sleep(0.05)  # the waiter's timeout fires; it blocks re-acquiring
+        waiting_started.wait()
+        with lock:  # taken as soon as the waiter's wait() lets go of it
+            gevent.sleep(0.1)  # the waiter's timeout fires; it blocks re-acquiring
+            waiting.kill(block=False)  # lands while the waiter re-acquires
 
     waiting = gevent.spawn(waiter)
-    gevent.sleep(0.001)
     holding = gevent.spawn(holder)
-    gevent.sleep(0.03)
-    waiting.kill(block=False)  # lands while the waiter re-acquires
     gevent.joinall([waiting, holding], timeout=5)
     assert waiting.dead, "the kill was swallowed: the greenlet lives on"
     assert isinstance(waiting.exception, type(None))  # GreenletExit ends it quietly

@@ -7,19 +7,21 @@
 
 Needs only Python 3.11+ with venv and pip. The virtual environment lives in
 ``.venv`` and is (re)installed when setup.cfg or pyproject.toml change; it
-gets the newest PyMongo that setup.cfg allows. ``test`` then runs the
-greenpool.pymongo tests again in ``.venv-pymongo-low``, with the lowest
-PyMongo setup.cfg allows pinned (installed the same way, on first need).
-Extra arguments after ``test`` go to pytest, and skip that second run;
-after ``demo`` and ``bench``, to the demo and to benchmarks/bench.py.
+gets the newest PyMongo the ``pymongo`` extra allows. ``test`` then runs the
+greenpool.pymongo tests again on every other release of PYMONGO_MATRIX (the
+latest patch of each supported minor), and greenpool's own Client and pool
+tests on the lowest one too: each release is installed once, without its
+dependencies, into ``.venv-pymongo/<version>`` and put first on the main
+environment's PYTHONPATH. Extra arguments after ``test`` go to pytest, and
+skip the matrix; after ``demo`` and ``bench``, to the demo and to
+benchmarks/bench.py.
 """
 
 from __future__ import annotations
 
-import configparser
 import hashlib
 import os
-import re
+import shutil
 import subprocess
 import sys
 import venv
@@ -28,9 +30,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 VENV = ROOT / ".venv"
 PYTHON = VENV / "bin" / "python"
-LOW_VENV = ROOT / ".venv-pymongo-low"
+OVERLAYS = ROOT / ".venv-pymongo"
 # The tests of what depends on PyMongo's private internals (greenpool.pymongo).
 ADAPTER_TESTS = ("tests/test_pymongo_pool.py", "tests/test_pymongo_client.py")
+# greenpool's own tests that prove its base requirement's floor (pymongo>=4.9).
+BASE_TESTS = ("tests/test_client.py", "tests/test_pool.py", "tests/test_cmap_spec.py")
+# The latest patch of every PyMongo minor release greenpool.pymongo supports
+# (greenpool.pymongo.SUPPORTED_PYMONGO; tests/test_pymongo_pool.py checks they agree).
+PYMONGO_MATRIX = ("4.9.2", "4.10.1", "4.11.3", "4.12.1", "4.13.2", "4.14.1", "4.15.5",
+                  "4.16.0", "4.17.0", "4.18.3", "4.19.0", "4.20.0")
 
 
 def run(*args: str | Path, env: dict[str, str] | None = None) -> None:
@@ -62,15 +70,19 @@ def setup(where: Path = VENV, *pins: str, extras: str = "test") -> Path:
     return python
 
 
-def lowest_pymongo() -> str:
-    """``pymongo==X.Y.0`` for setup.cfg's ``pymongo>=X.Y,<...`` requirement."""
-    config = configparser.ConfigParser()
-    config.read(ROOT / "setup.cfg")
-    for requirement in config["options"]["install_requires"].split():
-        found = re.fullmatch(r"pymongo>=(\d+)\.(\d+)(?:\.0)?,<[\d.]+", requirement)
-        if found:
-            return f"pymongo=={found[1]}.{found[2]}.0"
-    sys.exit("setup.cfg: no 'pymongo>=X.Y,<Z' requirement to find the lowest PyMongo from")
+def overlay(version: str) -> Path:
+    """``.venv-pymongo/<version>``: that PyMongo (with its bson and gridfs) alone,
+    installed once; put first on PYTHONPATH it shadows the main environment's."""
+    where = OVERLAYS / version
+    stamp = where / ".greenpool-installed"
+    if stamp.exists():
+        return where
+    if where.exists():  # an install that did not finish
+        shutil.rmtree(where)
+    run(PYTHON, "-m", "pip", "install", "--quiet", "--no-deps", "--target", where,
+        f"pymongo=={version}")
+    stamp.write_text(version)
+    return where
 
 
 def demo(args: list[str]) -> None:
@@ -84,11 +96,20 @@ def test(args: list[str]) -> None:
     run(PYTHON, "-m", "pytest", *args, env=env)
     if args:
         return
-    low = lowest_pymongo()
-    print(f"+ the greenpool.pymongo tests again with {low}", flush=True)
-    low_python = setup(LOW_VENV, low)
-    run(low_python, "-c", "import pymongo; print('pymongo', pymongo.version)")
-    run(low_python, "-m", "pytest", *ADAPTER_TESTS, env=env)
+    installed = subprocess.run(
+        [str(PYTHON), "-c", "import pymongo; print(pymongo.version)"],
+        capture_output=True, text=True, check=True).stdout.strip()
+    for version in PYMONGO_MATRIX:
+        if version == installed:
+            continue  # the run above
+        tests = ADAPTER_TESTS + (BASE_TESTS if version == PYMONGO_MATRIX[0] else ())
+        print(f"+ with pymongo {version}: {' '.join(tests)}", flush=True)
+        where = overlay(version)
+        matrix_env = dict(env, PYTHONPATH=os.pathsep.join(
+            [str(where), *filter(None, [env.get("PYTHONPATH")])]))
+        run(PYTHON, "-c", f"import pymongo; assert pymongo.version == {version!r}, "
+            "pymongo.__file__", env=matrix_env)
+        run(PYTHON, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests, env=matrix_env)
 
 
 def bench(args: list[str]) -> None:
