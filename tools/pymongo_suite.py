@@ -165,7 +165,7 @@ class Servers:
 
 def run_module(python: Path, tests: Path, servers: Servers, route: str, module: str,
                test_timeout: float, module_timeout: float, logs: Path,
-               select: str | None = None) -> dict[str, Any]:
+               select: str | None = None, stall: str | None = None) -> dict[str, Any]:
     """Run ``test/MODULE`` in a pytest process; its outcomes by test id, and its status:
     ``ok`` (pytest finished), ``exit N`` (pytest's exit code 2-5: interrupted,
     internal or usage error, none collected), ``timeout`` (killed after module_timeout)."""
@@ -178,6 +178,8 @@ def run_module(python: Path, tests: Path, servers: Servers, route: str, module: 
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tests), str(ROOT)]),
                PYTHONDONTWRITEBYTECODE="1", **servers.env)
     env.pop("GREENPOOL_TEST_URI", None)
+    if stall:
+        env["GREENPOOL_SUITE_STALL"] = stall
     started = time.monotonic()
     with log.open("wb") as output:
         process = subprocess.Popen(command, cwd=tests, env=env, stdin=subprocess.DEVNULL,
@@ -250,12 +252,41 @@ class Recorder:
             self._write({"test": report.nodeid, "outcome": final[0], "message": final[1]})
 
 
+def install_stall(command: str, after_ms: str, for_ms: str) -> None:
+    """After each ``command`` starts, block the whole process (its gevent hub) for
+    ``for_ms`` milliseconds, ``after_ms`` milliseconds later: what a loaded machine does
+    to a process it deschedules. A timeout timer and a reply that both fall due in the
+    stall are seen together when the hub wakes."""
+    import gevent
+    from gevent import monkey
+    from pymongo import monitoring
+
+    blocking_sleep = monkey.get_original("time", "sleep")
+
+    class Stall(monitoring.CommandListener):
+        def started(self, event: monitoring.CommandStartedEvent) -> None:
+            if event.command_name == command:
+                gevent.spawn_later(float(after_ms) / 1000, blocking_sleep,
+                                   float(for_ms) / 1000)
+
+        def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+            pass
+
+        def failed(self, event: monitoring.CommandFailedEvent) -> None:
+            pass
+
+    monitoring.register(Stall())
+
+
 def child(route: str, outcomes_path: str, pytest_args: list[str]) -> int:
     from gevent import monkey
 
     monkey.patch_all()
     import pytest
 
+    stall = os.environ.get("GREENPOOL_SUITE_STALL")
+    if stall:
+        install_stall(*stall.split(":"))
     pools: Counter[str] = Counter()
     if route == "greenpool":
         import pymongo
@@ -377,6 +408,9 @@ def main() -> int:
                         help="only the tests pytest -k EXPRESSION selects")
     parser.add_argument("--repeat", type=int, default=1,
                         help="run each module this many times (flaky or real?)")
+    parser.add_argument("--stall", metavar="COMMAND:AFTER_MS:FOR_MS",
+                        help="after each COMMAND starts, block the test process for "
+                             "FOR_MS ms, AFTER_MS ms later (timing-sensitive tests)")
     parser.add_argument("--json", type=Path, help="write the outcomes here")
     parser.add_argument("--report", type=Path,
                         help="print the tables of a saved --json file and exit")
@@ -390,6 +424,10 @@ def main() -> int:
     for mode in modes:
         if mode not in MODES:
             parser.error(f"--modes: unknown mode {mode!r} (choose among {', '.join(MODES)})")
+    if args.stall:
+        parts = args.stall.split(":")
+        if len(parts) != 3 or not all(part.isdigit() for part in parts[1:]):
+            parser.error(f"--stall: expected COMMAND:AFTER_MS:FOR_MS, not {args.stall!r}")
     for name in ("test_timeout", "module_timeout", "repeat"):
         if getattr(args, name) <= 0:
             parser.error(f"--{name.replace('_', '-')} must be positive, not "
@@ -425,7 +463,7 @@ def main() -> int:
                 for route in ROUTES:
                     result = run_module(python, tests, servers, route, module,
                                         args.test_timeout, args.module_timeout, logs,
-                                        args.select)
+                                        args.select, args.stall)
                     by_route[route] = result
                     print(f"{mode} {route:9} {name}: {cell(result)} "
                           f"({result['seconds']} s)", flush=True)
