@@ -61,6 +61,15 @@ def test_report_refuses_a_greenpool_route_without_greenpools() -> None:
     assert breaks == []
 
 
+def test_report_refuses_a_run_where_nothing_passed_or_greenpool_did_not_load() -> None:
+    _, breaks = pymongo_suite.report(results(result({"t::a": "failed"}),
+                                             result({"t::a": "failed"}, green_pools=1)))
+    assert breaks == ["rs: no test passed with the stock pools: nothing was compared"]
+    refused = result({}, status="not run: UnsupportedPyMongoVersion('4.8.0')")
+    _, breaks = pymongo_suite.report(results(result({"t::a": "passed"}), refused))
+    assert "rs: test_x.py (greenpool): not run: UnsupportedPyMongoVersion('4.8.0')" in breaks
+
+
 @pytest.mark.parametrize(("option", "value", "named"), [
     ("--modes", "rs,sharded", "'sharded'"),
     ("--test-timeout", "0", "0.0"),

@@ -199,7 +199,9 @@ def run_module(python: Path, tests: Path, servers: Servers, route: str, module: 
     if outcomes_file.exists():
         for line in outcomes_file.read_text().splitlines():
             record = json.loads(line)
-            if "pools" in record:
+            if "setup_error" in record:
+                status = f"not run: {record['setup_error']}"
+            elif "pools" in record:
                 pools = record["pools"]
             elif "started" in record:
                 running = record["started"]
@@ -292,7 +294,12 @@ def child(route: str, outcomes_path: str, pytest_args: list[str]) -> int:
         import pymongo
         from pymongo.synchronous.mongo_client import MongoClient
 
-        from greenpool.pymongo import KillSafeCondition, pool_factory
+        try:
+            from greenpool.pymongo import KillSafeCondition, pool_factory
+        except ImportError as error:  # e.g. a PyMongo version greenpool.pymongo refuses
+            with open(outcomes_path, "a") as file:
+                file.write(json.dumps({"setup_error": repr(error)}) + "\n")
+            return 4
 
         def counting_factory(*args: Any, **kwargs: Any) -> Any:
             pool = pool_factory(*args, **kwargs)
@@ -374,6 +381,12 @@ def report(results: dict[str, Any]) -> tuple[str, list[str]]:
         built = sum(by_route["greenpool"]["pools"].get("GreenPool", 0)
                     for by_route in modules.values())
         lines.append(f"  GreenPools built on the greenpool route: {built}")
+        if modules and not totals["stock"]["passed"]:
+            breaks.append(f"{mode}: no test passed with the stock pools: nothing was compared")
+        for module, by_route in modules.items():
+            for route in ROUTES:
+                if by_route[route]["status"].startswith("not run"):
+                    breaks.append(f"{mode}: {module} ({route}): {by_route[route]['status']}")
         if modules and not built:
             breaks.append(f"{mode}: the greenpool route built no GreenPool")
         lines.append(f"  tests whose outcome differs: {len(diffs)}")
