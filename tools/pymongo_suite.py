@@ -136,8 +136,11 @@ class Servers:
 
         try:
             if self.mode == "lb":
-                first = enter(ServerProcess(replica_set=True))
-                second = enter(ServerProcess(replica_set=True))
+                # Standalone backends: behind a load balancer a server must not announce a
+                # replica set (PyMongo's test setup would then ask for one, which
+                # loadBalanced=true forbids); mongos does not either.
+                first = enter(ServerProcess())
+                second = enter(ServerProcess())
                 multi = enter(LBProxy([first.address, second.address]))
                 single = enter(LBProxy([first.address],
                                        service_ids=[multi.backends[0].service_id]))
@@ -193,6 +196,10 @@ def run_module(python: Path, tests: Path, servers: Servers, route: str, module: 
             os.killpg(process.pid, signal.SIGKILL)  # its own session: only what it started
             process.wait()
             status = "timeout"
+        except BaseException:  # interrupted: the pytest process goes too
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+            raise
     outcomes: dict[str, list[str]] = {}
     pools: dict[str, int] = {}
     running: str | None = None
@@ -464,6 +471,8 @@ def main() -> int:
     # The load balancer (tests/lb_proxy.py) serves from this process's hub while the
     # pytest processes run.
     monkey.patch_all()
+    # SIGTERM stops the run like Ctrl-C: the servers and the running pytest go too.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     results: dict[str, Any] = {"version": version, "modes": {}}
     for mode in modes:
         results["modes"][mode] = {}
