@@ -55,8 +55,9 @@ SUITE_REQUIREMENTS = ("pytest>=8.2", "pytest-asyncio>=0.24", "pytest-timeout>=2.
 # PyMongo's default selection (pyproject.toml: "-m default or default_async"), without
 # the junit file it writes; the asynchronous tests are not run (gevent programs use the
 # synchronous client).
-PYTEST_OPTIONS = ("-p", "no:cacheprovider", "-o", "addopts=", "-m", "default",
-                  "--strict-markers", "-q", "-rN")
+PYTEST_OPTIONS = ("-p", "no:cacheprovider", "-o", "addopts=", "--strict-markers", "-q", "-rN")
+# test_load_balancer.py is marked load_balancer, which PyMongo runs against a load balancer.
+MARKERS = {"rs": "default", "single": "default", "lb": "default or load_balancer"}
 TIMEOUT_MARK = "Timeout (>"
 
 
@@ -176,7 +177,8 @@ def run_module(python: Path, tests: Path, servers: Servers, route: str, module: 
     outcomes_file.unlink(missing_ok=True)
     log = logs / f"{route}-{module}.log"
     command = [str(python), str(Path(__file__).resolve()), "--child", route,
-               str(outcomes_file), "--", *PYTEST_OPTIONS, f"--timeout={test_timeout:g}",
+               str(outcomes_file), "--", *PYTEST_OPTIONS, "-m", MARKERS[servers.mode],
+               f"--timeout={test_timeout:g}",
                *(("-k", select) if select else ()), f"test/{module}"]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tests), str(ROOT)]),
                PYTHONDONTWRITEBYTECODE="1", **servers.env)
@@ -431,6 +433,10 @@ def main() -> int:
     parser.add_argument("--stall", metavar="COMMAND:AFTER_MS:FOR_MS",
                         help="after each COMMAND starts, block the test process for "
                              "FOR_MS ms, AFTER_MS ms later (timing-sensitive tests)")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="modules run at once, each worker with servers of its own")
+    parser.add_argument("--resume", action="store_true",
+                        help="keep the modules already in the --json file")
     parser.add_argument("--json", type=Path, help="write the outcomes here")
     parser.add_argument("--report", type=Path,
                         help="print the tables of a saved --json file and exit")
@@ -448,7 +454,7 @@ def main() -> int:
         parts = args.stall.split(":")
         if len(parts) != 3 or not all(part.isdigit() for part in parts[1:]):
             parser.error(f"--stall: expected COMMAND:AFTER_MS:FOR_MS, not {args.stall!r}")
-    for name in ("test_timeout", "module_timeout", "repeat"):
+    for name in ("test_timeout", "module_timeout", "repeat", "jobs"):
         if getattr(args, name) <= 0:
             parser.error(f"--{name.replace('_', '-')} must be positive, not "
                          f"{getattr(args, name)}")
@@ -466,6 +472,7 @@ def main() -> int:
                                  dir=CACHE / "runs"))
     print(f"pytest logs and outcomes of each module: {logs}", flush=True)
 
+    import gevent
     from gevent import monkey
 
     # The load balancer (tests/lb_proxy.py) serves from this process's hub while the
@@ -473,30 +480,55 @@ def main() -> int:
     monkey.patch_all()
     # SIGTERM stops the run like Ctrl-C: the servers and the running pytest go too.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    previous: dict[str, Any] = {}
+    if args.resume and args.json and args.json.exists():
+        saved = json.loads(args.json.read_text())
+        if saved.get("version") == version:
+            previous = saved["modes"]
     results: dict[str, Any] = {"version": version, "modes": {}}
+
+    def save() -> None:
+        if args.json:
+            args.json.write_text(json.dumps(results, indent=1))
+
     for mode in modes:
-        results["modes"][mode] = {}
-        servers = Servers(mode).start()
+        done: dict[str, Any] = dict(previous.get(mode, {}))
+        results["modes"][mode] = done
+        names = [(module if args.repeat == 1 else f"{module} #{repetition + 1}", module)
+                 for module, repetition in itertools.product(modules, range(args.repeat))]
+        queue = [(name, module) for name, module in reversed(names) if name not in done]
+
+        def worker(mode: str = mode, done: dict[str, Any] = done,
+                   queue: list[tuple[str, str]] = queue) -> None:
+            # Each worker has servers of its own: no module sees another's fail points.
+            servers = Servers(mode).start()
+            try:
+                while queue:
+                    name, module = queue.pop()
+                    by_route = {}
+                    # The routes alternate, so both see the same server and machine load.
+                    for route in ROUTES:
+                        result = run_module(python, tests, servers, route, module,
+                                            args.test_timeout, args.module_timeout, logs,
+                                            args.select, args.stall)
+                        by_route[route] = result
+                        print(f"{mode} {route:9} {name}: {cell(result)} "
+                              f"({result['seconds']} s)", flush=True)
+                        if result["status"] != "ok" or tally(result["outcomes"])["hang"]:
+                            # A killed module may leave fail points or locks behind.
+                            servers.restart()
+                    done[name] = by_route
+                    save()
+            finally:
+                servers.stop()
+
+        workers = [gevent.spawn(worker) for _ in range(min(args.jobs, len(queue)))]
         try:
-            for module, repetition in itertools.product(modules, range(args.repeat)):
-                name = module if args.repeat == 1 else f"{module} #{repetition + 1}"
-                by_route = {}
-                # The routes alternate, so both see the same server and machine load.
-                for route in ROUTES:
-                    result = run_module(python, tests, servers, route, module,
-                                        args.test_timeout, args.module_timeout, logs,
-                                        args.select, args.stall)
-                    by_route[route] = result
-                    print(f"{mode} {route:9} {name}: {cell(result)} "
-                          f"({result['seconds']} s)", flush=True)
-                    if result["status"] != "ok" or tally(result["outcomes"])["hang"]:
-                        # A killed module may leave fail points or locks behind.
-                        servers.restart()
-                results["modes"][mode][name] = by_route
-                if args.json:
-                    args.json.write_text(json.dumps(results, indent=1))
+            gevent.joinall(workers, raise_error=True)
         finally:
-            servers.stop()
+            gevent.killall(workers)  # each stops its pytest process and its servers
+        results["modes"][mode] = {name: done[name] for name, _ in names if name in done}
+        save()
     text, breaks = report(results)
     print(text)
     if breaks:
