@@ -9,9 +9,9 @@
 2. Installs that PyMongo, gevent and what its tests need into the cached venv
    ``.venv-pymongo-suite-VERSION``; greenpool comes from this checkout (PYTHONPATH).
 3. Per topology mode, starts SecantusDB on free ports of 127.0.0.1: ``rs`` (a one-node
-   replica set: transactions), ``single`` (a standalone), ``lb`` (two replica-set
-   servers behind tests/lb_proxy.py's load balancer, PyMongo's
-   ``SINGLE_MONGOS_LB_URI``/``MULTI_MONGOS_LB_URI``). It stops exactly what it started.
+   replica set: transactions), ``single`` (a standalone), ``lb`` (a standalone behind
+   tests/lb_proxy.py's load balancer as one service, PyMongo's ``SINGLE_MONGOS_LB_URI``,
+   and as two, ``MULTI_MONGOS_LB_URI``). It stops exactly what it started.
 4. Runs every module twice, each in its own pytest process under
    ``gevent.monkey.patch_all()``: route ``stock`` (PyMongo's pools) and route
    ``greenpool`` (every ``MongoClient`` gets ``greenpool.pymongo``'s ``_pool_class``
@@ -137,13 +137,14 @@ class Servers:
 
         try:
             if self.mode == "lb":
-                # Standalone backends: behind a load balancer a server must not announce a
-                # replica set (PyMongo's test setup would then ask for one, which
-                # loadBalanced=true forbids); mongos does not either.
-                first = enter(ServerProcess())
-                second = enter(ServerProcess())
-                multi = enter(LBProxy([first.address, second.address]))
-                single = enter(LBProxy([first.address],
+                # Two services in front of one server, as two mongoses in front of one
+                # cluster: data and fail points are shared, whichever service a
+                # connection lands on. Standalone: behind a load balancer a server must
+                # not announce a replica set (PyMongo's test setup would then ask for
+                # one, which loadBalanced=true forbids); mongos does not either.
+                server = enter(ServerProcess())
+                multi = enter(LBProxy([server.address, server.address]))
+                single = enter(LBProxy([server.address],
                                        service_ids=[multi.backends[0].service_id]))
                 self.env = {"DB_IP": "127.0.0.1", "DB_PORT": str(single.port),
                             "TEST_LOAD_BALANCER": "1", "SINGLE_MONGOS_LB_URI": single.uri,
