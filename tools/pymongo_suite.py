@@ -528,7 +528,9 @@ def main() -> int:
             gevent.joinall(workers, raise_error=True)
         finally:
             gevent.killall(workers)  # each stops its pytest process and its servers
-        results["modes"][mode] = {name: done[name] for name, _ in names if name in done}
+        # In module order; modules a resumed file had beyond this run's list stay, after.
+        ordered = {name: done[name] for name, _ in names if name in done}
+        results["modes"][mode] = dict(ordered, **done)
         save()
     text, breaks = report(results)
     print(text)
