@@ -264,6 +264,63 @@ class Recorder:
             self._write({"test": report.nodeid, "outcome": final[0], "message": final[1]})
 
 
+def install_loopback_guard() -> None:
+    """Let the pytest process reach 127.0.0.1 (and ::1) only: PyMongo's suite has tests
+    that resolve or connect to outside hosts (SRV records, unresolvable names); here
+    they fail at once, the same way on both routes."""
+    import ipaddress
+    import socket
+
+    def local(host: object) -> bool:
+        if not isinstance(host, str):
+            return True  # AF_UNIX paths and the like
+        if host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(host.split("%")[0]).is_loopback
+        except ValueError:
+            return False
+
+    def refuse(what: str, host: object) -> OSError:
+        return ConnectionRefusedError(f"pymongo-suite: {what} {host!r} refused "
+                                      "(the suite may reach 127.0.0.1 only)")
+
+    original_getaddrinfo = socket.getaddrinfo
+
+    def getaddrinfo(host: object, *args: object, **kwargs: object) -> object:
+        if host is not None and not local(host if not isinstance(host, bytes)
+                                          else host.decode()):
+            raise socket.gaierror(socket.EAI_NONAME, f"pymongo-suite: no lookup of {host!r}")
+        return original_getaddrinfo(host, *args, **kwargs)  # type: ignore[arg-type]
+
+    import gevent._socketcommon
+    import gevent.socket
+
+    # gevent.socket.create_connection resolves through its own module's name.
+    for module in (socket, gevent.socket, gevent._socketcommon):
+        module.getaddrinfo = getaddrinfo  # type: ignore[attr-defined]
+    cls = socket.socket
+    for name in ("connect", "connect_ex"):
+        original = getattr(cls, name)
+
+        def guarded(self: object, address: object, _original: object = original,
+                    _name: str = name) -> object:
+            if isinstance(address, tuple) and not local(address[0]):
+                raise refuse(_name, address[0])
+            return _original(self, address)  # type: ignore[operator]
+
+        setattr(cls, name, guarded)
+    original_sendto = cls.sendto
+
+    def sendto(self: object, data: object, *args: object) -> object:
+        address = args[-1]
+        if isinstance(address, tuple) and not local(address[0]):
+            raise refuse("sendto", address[0])
+        return original_sendto(self, data, *args)  # type: ignore[arg-type]
+
+    cls.sendto = sendto  # type: ignore[method-assign]
+
+
 def install_stall(command: str, after_ms: str, for_ms: str) -> None:
     """After each ``command`` starts, block the whole process (its gevent hub) for
     ``for_ms`` milliseconds, ``after_ms`` milliseconds later: what a loaded machine does
@@ -294,6 +351,7 @@ def child(route: str, outcomes_path: str, pytest_args: list[str]) -> int:
     from gevent import monkey
 
     monkey.patch_all()
+    install_loopback_guard()
     import pytest
 
     stall = os.environ.get("GREENPOOL_SUITE_STALL")
