@@ -29,6 +29,7 @@ greenpool route built no GreenPool at all.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import os
@@ -124,6 +125,7 @@ class Servers:
         self.mode = mode
         self.env: dict[str, str] = {}
         self._stack: list[Any] = []
+        self._servers: list[Any] = []
 
     def start(self) -> Servers:
         sys.path.insert(0, str(ROOT))
@@ -143,6 +145,7 @@ class Servers:
                 # not announce a replica set (PyMongo's test setup would then ask for
                 # one, which loadBalanced=true forbids); mongos does not either.
                 server = enter(ServerProcess())
+                self._servers = [server]
                 multi = enter(LBProxy([server.address, server.address]))
                 single = enter(LBProxy([server.address],
                                        service_ids=[multi.backends[0].service_id]))
@@ -151,6 +154,7 @@ class Servers:
                             "MULTI_MONGOS_LB_URI": multi.uri}
             else:
                 server = enter(ServerProcess(replica_set=self.mode == "rs"))
+                self._servers = [server]
                 self.env = {"DB_IP": "127.0.0.1", "DB_PORT": str(server.port)}
         except BaseException:
             self.stop()
@@ -160,6 +164,21 @@ class Servers:
     def stop(self) -> None:
         while self._stack:
             self._stack.pop().__exit__(None, None, None)
+
+    def clean(self) -> None:
+        """Drop every database and fail point a run left behind, so that no run (the
+        greenpool route after the stock one, say) finds another's data."""
+        from pymongo import MongoClient
+        from pymongo.errors import OperationFailure
+
+        for server in self._servers:
+            with MongoClient(server.host, server.port, directConnection=True,
+                             serverSelectionTimeoutMS=10000) as client:
+                with contextlib.suppress(OperationFailure):
+                    client.admin.command("configureFailPoint", "failCommand", mode="off")
+                for name in client.list_database_names():
+                    if name not in ("admin", "config", "local"):
+                        client.drop_database(name)
 
     def restart(self) -> None:
         self.stop()
@@ -567,6 +586,7 @@ def main() -> int:
                     by_route = {}
                     # The routes alternate, so both see the same server and machine load.
                     for route in ROUTES:
+                        servers.clean()
                         result = run_module(python, tests, servers, route, module,
                                             args.test_timeout, args.module_timeout, logs,
                                             args.select, args.stall)
