@@ -1,0 +1,59 @@
+"""A WSGI app using MongoEngine, with greenpool's pools under PyMongo's client.
+
+Run it with gunicorn's gevent workers (see gunicorn.conf.py)::
+
+    MONGODB_URI=mongodb://127.0.0.1:27017/shop PORT=8000 gunicorn -c gunicorn.conf.py app:app
+
+MongoEngine builds its client with the class given as ``mongo_client_class``:
+:class:`greenpool.pymongo.MongoClient` is PyMongo's ``MongoClient`` with
+greenpool's application pools (FIFO waits, kill safety). Documents, querysets
+and everything else stay MongoEngine's.
+
+``GET /visit/<name>`` counts a visit atomically (``modify`` with ``upsert``) and
+answers the new count, the worker's pid and the class of the pools serving the
+client, as JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterable
+from typing import Any, ClassVar
+
+from mongoengine import Document, IntField, StringField, connect, get_connection
+
+from greenpool.pymongo import MongoClient
+
+# connect=False: nothing is opened in gunicorn's master (preload_app); each worker's
+# client connects on first use, after the fork.
+connect(host=os.environ.get("MONGODB_URI", "mongodb://127.0.0.1:27017/shop"),
+        mongo_client_class=MongoClient, maxPoolSize=10, connect=False)
+
+
+class Visit(Document):
+    name = StringField(primary_key=True)
+    count = IntField(default=0)
+    meta: ClassVar[dict[str, Any]] = {"collection": "visits"}
+
+
+def pool_classes() -> list[str]:
+    """The classes of the client's application pools (a look at PyMongo internals,
+    to show which pool serves the app)."""
+    servers = get_connection()._topology._servers.values()
+    return sorted({type(server.pool).__name__ for server in servers})
+
+
+def app(environ: dict[str, Any],
+        start_response: Callable[[str, list[tuple[str, str]]], Any]) -> Iterable[bytes]:
+    path = environ.get("PATH_INFO", "")
+    if not path.startswith("/visit/") or len(path) == len("/visit/"):
+        start_response("404 Not Found", [("Content-Type", "text/plain")])
+        return [b"GET /visit/<name>\n"]
+    name = path[len("/visit/"):]
+    visit = Visit.objects(name=name).modify(upsert=True, new=True, inc__count=1)
+    data = json.dumps({"name": name, "count": visit.count, "pid": os.getpid(),
+                       "pools": pool_classes()}).encode()
+    start_response("200 OK", [("Content-Type", "application/json"),
+                              ("Content-Length", str(len(data)))])
+    return [data]

@@ -1,0 +1,131 @@
+"""examples/flask_pymongo and examples/mongoengine, as written, under gunicorn's gevent
+workers against an embedded server.
+
+Each app counts visits with an atomic upsert. Many concurrent requests over two
+workers must all succeed, both workers must serve, every reply must come from a client
+whose pools are greenpool's, and the counts the server ends up with must be exactly the
+number of requests per name (no lost or doubled update).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import gevent
+import gevent.pool
+import pytest
+from pymongo import MongoClient
+
+from tests.servers import free_port
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+WORKERS = 2
+NAMES = ("ada", "grace", "linus")
+REQUESTS = 300
+CONCURRENCY = 30
+
+pytest.importorskip("gunicorn")
+
+
+def get(port: int, path: str, timeout: float = 10.0) -> tuple[int, bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        conn.request("GET", path, headers={"Connection": "close"})
+        response = conn.getresponse()
+        return response.status, response.read()
+    finally:
+        conn.close()
+
+
+@contextlib.contextmanager
+def gunicorn(example: Path, env: dict[str, str], log: Path) -> Iterator[int]:
+    """Boot the example's gunicorn on a free port; stop exactly its process group after."""
+    port = free_port()
+    env = dict(os.environ, **env, PORT=str(port), WORKERS=str(WORKERS),
+               PYTHONPATH=os.pathsep.join([str(EXAMPLES.parent),
+                                           os.environ.get("PYTHONPATH", "")]))
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py", "app:app"],
+            cwd=example, env=env, stdin=subprocess.DEVNULL, stdout=out,
+            stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while log.read_text().count("Booting worker") < WORKERS:
+            assert process.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, f"gunicorn did not boot:\n{log.read_text()}"
+            time.sleep(0.1)
+        while True:
+            assert process.poll() is None, log.read_text()
+            with contextlib.suppress(OSError):
+                get(port, "/", timeout=2)
+                break
+            assert time.monotonic() < deadline, f"gunicorn did not answer:\n{log.read_text()}"
+            time.sleep(0.1)
+        yield port
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(15)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        gevent.sleep(0.2)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, 0)
+            pytest.fail(f"gunicorn's process group {process.pid} survived")
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize(("example", "uri_variable"), [
+    ("flask_pymongo", "MONGO_URI"),
+    ("mongoengine", "MONGODB_URI"),
+])
+def test_app_example_under_gunicorn_gevent_workers(
+        example: str, uri_variable: str, mongodb_uri: str, tmp_path: Path) -> None:
+    database = f"example_{example}"
+    base, _, options = mongodb_uri.partition("?")
+    uri = f"{base.rstrip('/')}/{database}" + (f"?{options}" if options else "")
+    with gunicorn(EXAMPLES / example, {uri_variable: uri}, tmp_path / "gunicorn.log") as port:
+        replies: list[dict[str, Any]] = []
+        failures: list[str] = []
+
+        def one(index: int) -> None:
+            try:
+                status, body = get(port, f"/visit/{NAMES[index % len(NAMES)]}")
+            except Exception as error:  # counted, and shown if any
+                failures.append(repr(error))
+                return
+            if status != 200:
+                failures.append(f"{status} {body[:500]!r}")
+            else:
+                replies.append(json.loads(body))
+
+        gevent.pool.Pool(CONCURRENCY).map(one, range(REQUESTS))
+
+    assert failures == [], f"{len(failures)} failed, e.g. {failures[:3]}"
+    assert len(replies) == REQUESTS
+    assert {tuple(reply["pools"]) for reply in replies} == {("GreenPool",)}
+    assert len({reply["pid"] for reply in replies}) == WORKERS
+    wanted = Counter(NAMES[index % len(NAMES)] for index in range(REQUESTS))
+    # Each reply's count is unique per name: every increment was applied exactly once.
+    for name, number in wanted.items():
+        counts = sorted(reply["count"] for reply in replies if reply["name"] == name)
+        assert counts == list(range(1, number + 1)), name
+    with MongoClient(mongodb_uri) as client:
+        stored = {doc["_id"]: doc["count"] for doc in client[database].visits.find()}
+        client.drop_database(database)
+    assert stored == dict(wanted)
