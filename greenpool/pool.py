@@ -44,6 +44,7 @@ from pymongo.monitoring import ConnectionClosedReason as _Closed
 from greenpool import forking
 from greenpool.address import Address, format_address, parse_address
 from greenpool.errors import PoolClearedError, PoolClosedError, WaitQueueTimeoutError
+from greenpool.metrics import Tally
 from greenpool.monitoring import Publisher
 from greenpool.options import PoolOptions
 from greenpool.poolstate import Action, PoolState, transition
@@ -93,8 +94,9 @@ class Connection(Generic[T]):
     """
 
     __slots__ = (
-        "__weakref__", "_counted", "_created_at", "_establisher", "_idle_since", "_pid", "_pool",
-        "error", "generation", "id", "interrupted", "purpose", "service_id", "state", "transport",
+        "__weakref__", "_counted", "_created_at", "_establisher", "_idle_since", "_out_at", "_pid",
+        "_pool", "error", "generation", "id", "interrupted", "purpose", "service_id", "state",
+        "transport",
     )
 
     def __init__(self, pool: Pool[T], conn_id: int, generation: int) -> None:
@@ -114,6 +116,7 @@ class Connection(Generic[T]):
         self._pid = pool._pid
         self._created_at = _now()
         self._idle_since = 0.0
+        self._out_at = 0.0  # when the current checkout handed it out (usage time)
         self._establisher: Any = None
         self._counted = False
 
@@ -227,6 +230,7 @@ class Pool(Generic[T]):
         self._alarm = Alarm()
         self._maintainer: gevent.Greenlet | None = None
         self._fillers: set[gevent.Greenlet] = set()
+        self._tally = Tally()
         forking.track(self)
         self._events.pool_created(self.options.non_default())
         self._events.flush()
@@ -276,6 +280,38 @@ class Pool(Generic[T]):
             max_pool_size=self.options.max_pool_size,
         )
 
+    def get_stats(self) -> dict[str, int]:
+        """The pool's gauges and always-on counters, as psycopg_pool's
+        ``get_stats()`` names them (times in whole milliseconds).
+
+        Gauges: ``pool_min``, ``pool_max`` (minPoolSize, maxPoolSize),
+        ``pool_size`` (connections, pending ones included), ``pool_available``,
+        ``requests_waiting``. Counters since the pool was created or the last
+        :meth:`pop_stats`: ``requests_num``, ``requests_queued``,
+        ``requests_wait_ms``, ``requests_errors`` (``requests_timeouts``
+        included), ``returns_bad``, ``usage_ms``, ``connections_num``,
+        ``connections_ms``, ``connections_errors``, ``connections_lost``.
+        They need no listener and cost a few increments per checkout.
+
+        >>> pool.get_stats()["requests_num"]  # doctest: +SKIP
+        42
+        """
+        return {
+            "pool_min": self.options.min_pool_size,
+            "pool_max": self.options.max_pool_size,
+            "pool_size": self._total(),
+            "pool_available": len(self._available),
+            "requests_waiting": len(self._queue),
+            **self._tally.counters(),
+        }
+
+    def pop_stats(self) -> dict[str, int]:
+        """:meth:`get_stats`, then start the counters again from zero (the
+        gauges describe the pool now and are not reset)."""
+        stats = self.get_stats()
+        self._tally = Tally()
+        return stats
+
     # -- checkout ---------------------------------------------------------------
 
     def checkout(self, timeout: float | None = None) -> Connection[T]:
@@ -295,12 +331,14 @@ class Pool(Generic[T]):
             raise ValueError(f"checkout timeout must be None or a number >= 0, not {timeout!r}")
         if self._pid != os.getpid() or self._thread != _real_thread_id():
             self._check_owner()
+        self._tally.requests_num += 1
         # The fast path: nobody listens, nobody waits, the newest idle
         # connection is fresh. Anything else takes the general path below.
         if (self._state is PoolState.READY and not self._queue.waiting
                 and not self._events.active):
             conn = self._take_fresh()
             if conn is not None:
+                conn._out_at = _now()
                 return conn
         return self._checkout(timeout)
 
@@ -311,10 +349,15 @@ class Pool(Generic[T]):
         conn = self._wait_for_grant(started, timeout)
         if conn.state is ConnectionState.PENDING:
             self._establish_for_checkout(conn, started)
-        events.checked_out(conn.id, _now() - started)
+        now = _now()
+        self._tally.requests_wait_s += now - started
+        conn._out_at = now
+        events.checked_out(conn.id, now - started)
         try:
             events.flush()
-        except BaseException:
+        except BaseException as kill:
+            self._count_failed_request(0.0, _Failed.TIMEOUT
+                                       if isinstance(kill, gevent.Timeout) else None)
             self._checkin(conn)  # killed in a listener: the caller never got it
             events.flush_later()
             raise
@@ -330,6 +373,7 @@ class Pool(Generic[T]):
             if conn is not None:
                 return conn
         slot = self._queue.join()
+        self._tally.requests_queued += 1
         # One more waiter can mean one more creation: waiters beyond those the
         # background establishments will serve may create (see _grant).
         self._dispatch()
@@ -387,7 +431,9 @@ class Pool(Generic[T]):
             closed = isinstance(error, PoolClosedError)
             reason = _Failed.POOL_CLOSED if closed else _Failed.CONN_ERROR
         detail = error if reason == _Failed.CONN_ERROR else None
-        self._events.checkout_failed(reason, _now() - started, detail)
+        waited = _now() - started
+        self._count_failed_request(waited, reason)
+        self._events.checkout_failed(reason, waited, detail)
         self._events.flush()
         raise error
 
@@ -395,8 +441,17 @@ class Pool(Generic[T]):
         """Report a checkout ended by a kill, without yielding: a yield here
         would let another exception (the greenlet's own timeout) replace it."""
         reason = _Failed.TIMEOUT if isinstance(kill, gevent.Timeout) else _Failed.CONN_ERROR
-        self._events.checkout_failed(reason, _now() - started, None)
+        waited = _now() - started
+        self._count_failed_request(waited, reason)
+        self._events.checkout_failed(reason, waited, None)
         self._events.flush_later()
+
+    def _count_failed_request(self, waited: float, reason: str | None) -> None:
+        tally = self._tally
+        tally.requests_errors += 1
+        tally.requests_wait_s += waited
+        if reason == _Failed.TIMEOUT:
+            tally.requests_timeouts += 1
 
     def _timeout_error(self, started: float) -> WaitQueueTimeoutError:
         stats = self.stats()
@@ -453,7 +508,9 @@ class Pool(Generic[T]):
             conn._counted = True
         conn.state = ConnectionState.IN_USE
         self._in_use.add(conn)
-        self._events.connection_ready(conn.id, _now() - conn._created_at)
+        took = _now() - conn._created_at
+        self._tally.connections_s += took
+        self._events.connection_ready(conn.id, took)
         # No flush here: a listener could yield and a kill would then strand
         # this in-use connection; the caller flushes once it owns it.
         self._rebalance()
@@ -462,6 +519,9 @@ class Pool(Generic[T]):
         """A pending connection failed to establish: close it, then hand on."""
         if conn._pid != self._pid:
             return  # the process forked; the reset already dropped it
+        tally = self._tally
+        tally.connections_errors += 1
+        tally.connections_s += _now() - conn._created_at
         self._unpend(conn)
         conn.state = ConnectionState.CLOSED
         self._rebalance()  # hand on the freed slot before anything can yield
@@ -506,7 +566,8 @@ class Pool(Generic[T]):
             self._in_use.discard(conn)
             conn.purpose = Purpose.OTHER
             conn.state = ConnectionState.AVAILABLE
-            conn._idle_since = _now()
+            now = conn._idle_since = _now()
+            self._tally.usage_s += now - conn._out_at
             self._available.append(conn)
             if events._outbox:
                 events.flush()
@@ -527,12 +588,15 @@ class Pool(Generic[T]):
             return
         if conn.state is not ConnectionState.IN_USE:
             raise ValueError(f"cannot check in {conn!r}: it is not checked out")
+        self._tally.usage_s += _now() - conn._out_at
         self._events.checked_in(conn.id)
-        self._put_back(conn)
+        if not self._put_back(conn):
+            self._tally.returns_bad += 1
         self._rebalance()
 
-    def _put_back(self, conn: Connection[T]) -> None:
-        """An in-use connection comes back: close it if perished, else free it."""
+    def _put_back(self, conn: Connection[T]) -> bool:
+        """An in-use connection comes back: close it if perished, else free
+        it. Whether it was kept (not closed)."""
         self._in_use.discard(conn)
         conn.purpose = Purpose.OTHER
         if self._state is PoolState.CLOSED:
@@ -541,6 +605,8 @@ class Pool(Generic[T]):
             self._retire(conn, reason, conn.error if reason == _Closed.ERROR else None)
         else:
             self._release(conn)
+            return True
+        return False
 
     def _release(self, conn: Connection[T]) -> None:
         """Hand a good connection to the oldest waiter, or make it available."""
@@ -633,6 +699,7 @@ class Pool(Generic[T]):
     def _create(self) -> Connection[T]:
         conn = Connection(self, self._next_id, self._generation)
         self._next_id += 1
+        self._tally.connections_num += 1
         self._pending.add(conn)
         self._events.connection_created(conn.id)
         return conn
@@ -663,6 +730,8 @@ class Pool(Generic[T]):
     def _retire(self, conn: Connection[T], reason: str, error: BaseException | None = None) -> None:
         """Mark a connection closed (already out of its container) and report it."""
         conn.state = ConnectionState.CLOSED
+        if reason == _Closed.ERROR and conn.transport is not None:
+            self._tally.connections_lost += 1
         if conn._counted:
             conn._counted = False
             entry = self._services[conn.service_id]
