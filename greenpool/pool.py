@@ -140,10 +140,10 @@ class Connection(Generic[T]):
 
     def __exit__(self, exc_type: object, exc: object, traceback: object) -> None:
         pool = self._pool
-        pool._checkin(self)
         if exc_type is None:
-            pool._events.flush()
+            pool.checkin(self)
         else:
+            pool._checkin(self)
             pool._events.flush_later()  # never yield while an exception propagates
 
     def __repr__(self) -> str:
@@ -332,23 +332,35 @@ class Pool(Generic[T]):
         if self._pid != os.getpid() or self._thread != _real_thread_id():
             self._check_owner()
         self._tally.requests_num += 1
-        # The fast path: nobody listens, nobody waits, the newest idle
-        # connection is fresh. Anything else takes the general path below.
-        if (self._state is PoolState.READY and not self._queue.waiting
-                and not self._events.active):
-            conn = self._take_fresh()
-            if conn is not None:
-                conn._out_at = _now()
-                return conn
+        # The fast path: nobody waits and the newest idle connection is
+        # fresh. Anything else takes the general path below. With listeners
+        # or the log on, it reports what the general path would: the same
+        # events in the same order, flushed once the connection is ours.
+        if self._state is PoolState.READY and not self._queue.waiting:
+            if not self._events.active:
+                conn = self._take_fresh()
+                if conn is not None:
+                    conn._out_at = _now()
+                    return conn
+            else:
+                started = _now()
+                conn = self._take_fresh()
+                if conn is not None:
+                    self._events.checkout_started()
+                    return self._hand_out(conn, started)
         return self._checkout(timeout)
 
     def _checkout(self, timeout: float | None) -> Connection[T]:
         started = _now()
-        events = self._events
-        events.checkout_started()
+        self._events.checkout_started()
         conn = self._wait_for_grant(started, timeout)
         if conn.state is ConnectionState.PENDING:
             self._establish_for_checkout(conn, started)
+        return self._hand_out(conn, started)
+
+    def _hand_out(self, conn: Connection[T], started: float) -> Connection[T]:
+        """Report the checkout of ``conn`` (now in use) and return it."""
+        events = self._events
         now = _now()
         self._tally.requests_wait_s += now - started
         conn._out_at = now
@@ -556,13 +568,14 @@ class Pool(Generic[T]):
         """
         events = self._events
         # The fast path: a healthy connection of the current generation back
-        # to a ready pool nobody waits on or listens to becomes available.
-        # Anything else (and any doubt) takes the general path below.
+        # to a ready pool nobody waits on becomes available. Anything else
+        # (and any doubt) takes the general path below.
         if (conn._pool is self and conn.state is ConnectionState.IN_USE
                 and self._state is PoolState.READY and not self._queue.waiting
                 and conn.error is None and conn.generation == self._generation
-                and not self._load_balanced and conn._pid == self._pid
-                and not events.active):
+                and not self._load_balanced and conn._pid == self._pid):
+            if events.active:
+                events.checked_in(conn.id)
             self._in_use.discard(conn)
             conn.purpose = Purpose.OTHER
             conn.state = ConnectionState.AVAILABLE
