@@ -433,8 +433,10 @@ class Pool(Generic[T]):
         return PoolClearedError.cleared(self.address, self._clear_cause)
 
     def _wait_timeout(self, started: float, timeout: float | None) -> float | None:
-        limits = [t for t in (self.options.wait_queue_timeout, timeout) if t is not None]
-        return min(limits) - (_now() - started) if limits else None
+        limit = self.options.wait_queue_timeout
+        if limit is None or (timeout is not None and timeout < limit):
+            limit = timeout
+        return None if limit is None else limit - (_now() - started)
 
     def _fail_checkout(
         self, started: float, error: BaseException, reason: str | None = None
@@ -568,20 +570,27 @@ class Pool(Generic[T]):
         """
         events = self._events
         # The fast path: a healthy connection of the current generation back
-        # to a ready pool nobody waits on becomes available. Anything else
-        # (and any doubt) takes the general path below.
+        # to a ready pool goes to the oldest waiter (staying in use), or
+        # becomes available. Anything else (and any doubt) takes the general
+        # path below. Nothing else changes here: with waiters there is no
+        # idle connection and no room to create one (else they would not
+        # wait), and the pool's size is the same, so the general path's
+        # _rebalance would find nothing to do.
         if (conn._pool is self and conn.state is ConnectionState.IN_USE
-                and self._state is PoolState.READY and not self._queue.waiting
+                and self._state is PoolState.READY
                 and conn.error is None and conn.generation == self._generation
                 and not self._load_balanced and conn._pid == self._pid):
             if events.active:
                 events.checked_in(conn.id)
-            self._in_use.discard(conn)
-            conn.purpose = Purpose.OTHER
-            conn.state = ConnectionState.AVAILABLE
-            now = conn._idle_since = _now()
+            now = _now()
             self._tally.usage_s += now - conn._out_at
-            self._available.append(conn)
+            conn.purpose = Purpose.OTHER
+            queue = self._queue
+            if not (queue.waiting and queue.deliver(conn)):
+                self._in_use.discard(conn)
+                conn.state = ConnectionState.AVAILABLE
+                conn._idle_since = now
+                self._available.append(conn)
             if events._outbox:
                 events.flush()
             return
