@@ -210,6 +210,8 @@ class Pool(Generic[T]):
         self._load_balanced = self.options.load_balanced
         self._max_idle = self.options.max_idle_time
         self._min_pool_size = self.options.min_pool_size
+        self._max_pool_size = self.options.max_pool_size
+        self._max_connecting = self.options.max_connecting
         self._connector = connector
         self._on_establish_error = on_establish_error
         self._events = Publisher(self.address, listeners)
@@ -380,7 +382,7 @@ class Pool(Generic[T]):
         refusal = self._refusal()
         if refusal is not None:
             self._fail_checkout(started, refusal)
-        if not self._queue:
+        if not self._queue.waiting:
             conn = self._grant(wanting=1)
             if conn is not None:
                 return conn
@@ -388,7 +390,8 @@ class Pool(Generic[T]):
         self._tally.requests_queued += 1
         # One more waiter can mean one more creation: waiters beyond those the
         # background establishments will serve may create (see _grant).
-        self._dispatch()
+        if self._available or self._may_create():
+            self._dispatch()
         try:
             self._events.flush()  # CheckOutStarted before blocking; may yield
             conn = slot.wait(self._wait_timeout(started, timeout))
@@ -404,10 +407,11 @@ class Pool(Generic[T]):
                 self._give_back(leftover)
             self._report_killed_checkout(started, kill)
             raise
-        refusal = self._refusal()
-        if refusal is not None:  # cleared or closed after the grant, before we woke
-            self._give_back(conn)
-            self._fail_checkout(started, refusal)
+        if self._state is not PoolState.READY:
+            refusal = self._refusal()
+            if refusal is not None:  # cleared or closed after the grant, before we woke
+                self._give_back(conn)
+                self._fail_checkout(started, refusal)
         return conn
 
     def _establish_for_checkout(self, conn: Connection[T], started: float) -> None:
@@ -711,11 +715,11 @@ class Pool(Generic[T]):
         return None
 
     def _may_create(self) -> bool:
-        options = self.options
+        max_pool_size = self._max_pool_size
         return (
-            self._state is PoolState.READY
-            and len(self._pending) < options.max_connecting
-            and (not options.max_pool_size or self._total() < options.max_pool_size)
+            (not max_pool_size or self._total() < max_pool_size)
+            and len(self._pending) < self._max_connecting
+            and self._state is PoolState.READY
         )
 
     def _create(self) -> Connection[T]:

@@ -233,11 +233,13 @@ def test_random_kill_storm() -> None:
 @pytest.mark.parametrize("where", ["waiting", "holding"])
 def test_a_kill_is_never_replaced_by_the_greenlets_own_timeout(where: str) -> None:
     """Cleanup after a kill must not yield: a slow listener there would let
-    the greenlet's own gevent.Timeout fire and replace the GreenletExit."""
+    the greenlet's own gevent.Timeout fire and replace the GreenletExit.
+    (Generous times: a loaded machine must not fire the own timeout before
+    the kill lands.)"""
 
     class Slow(monitoring.ConnectionPoolListener):
         def _slow(self, event: object) -> None:
-            gevent.sleep(0.05)
+            gevent.sleep(1.0)
 
         connection_check_out_failed = connection_checked_in = _slow
 
@@ -248,7 +250,7 @@ def test_a_kill_is_never_replaced_by_the_greenlets_own_timeout(where: str) -> No
     outcome: list[str] = []
 
     def victim() -> None:
-        own = gevent.Timeout(0.02)
+        own = gevent.Timeout(0.5)
         try:
             with own, pool.checkout():
                 gevent.sleep(10)
@@ -258,10 +260,12 @@ def test_a_kill_is_never_replaced_by_the_greenlets_own_timeout(where: str) -> No
         outcome.append("finished")
 
     greenlet = gevent.spawn(victim)
-    gevent.sleep(0.005)
+    with gevent.Timeout(5):  # until the victim waits (or holds its connection)
+        while (pool.stats().waiting if where == "waiting" else pool.stats().in_use) != 1:
+            gevent.sleep(0.001)
     greenlet.kill(block=True, timeout=5)
     assert greenlet.dead and outcome == [], f"the kill was lost: {outcome}"
     if holder is not None:
         pool.checkin(holder)
-    gevent.sleep(0.2)  # the deferred events are delivered
+    gevent.sleep(1.2)  # the deferred events are delivered
     assert pool.stats().in_use == 0 and pool.stats().waiting == 0
