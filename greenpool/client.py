@@ -163,6 +163,14 @@ class Client:
         """The pool's counters (see :meth:`greenpool.Pool.stats`)."""
         return self.pool.stats()
 
+    def get_stats(self) -> dict[str, int]:
+        """The pool's always-on counters and gauges (see :meth:`greenpool.Pool.get_stats`)."""
+        return self.pool.get_stats()
+
+    def pop_stats(self) -> dict[str, int]:
+        """:meth:`get_stats`, resetting the counters (see :meth:`greenpool.Pool.pop_stats`)."""
+        return self.pool.pop_stats()
+
     # -- operations -----------------------------------------------------------------------
 
     def command(self, dbname: str, command: Mapping[str, Any], *,

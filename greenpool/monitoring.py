@@ -204,8 +204,16 @@ class Publisher:
             event = _m.ConnectionClosedEvent(self.address, conn_id, reason)
             self._post("connection_closed", event, fields, text)
 
+    # The three events of every checkout skip the log message's text and
+    # fields when the logger is off, and build the event only for listeners.
+
     def checkout_started(self) -> None:
-        if self.active:
+        if not LOGGER.isEnabledFor(logging.DEBUG):
+            if self.listeners:
+                self._outbox.append((self._notify, (
+                    "connection_check_out_started",
+                    _m.ConnectionCheckOutStartedEvent(self.address))))
+        else:
             self._post("connection_check_out_started",
                        _m.ConnectionCheckOutStartedEvent(self.address),
                        {"message": "Connection checkout started"},
@@ -230,7 +238,12 @@ class Publisher:
             )
 
     def checked_out(self, conn_id: int, duration: float) -> None:
-        if self.active:
+        if not LOGGER.isEnabledFor(logging.DEBUG):
+            if self.listeners:
+                self._outbox.append((self._notify, (
+                    "connection_checked_out",
+                    _m.ConnectionCheckedOutEvent(self.address, conn_id, duration))))
+        else:
             ms = duration * 1000
             self._post(
                 "connection_checked_out",
@@ -242,7 +255,11 @@ class Publisher:
             )
 
     def checked_in(self, conn_id: int) -> None:
-        if self.active:
+        if not LOGGER.isEnabledFor(logging.DEBUG):
+            if self.listeners:
+                self._outbox.append((self._notify, (
+                    "connection_checked_in", _m.ConnectionCheckedInEvent(self.address, conn_id))))
+        else:
             self._post("connection_checked_in", _m.ConnectionCheckedInEvent(self.address, conn_id),
                        {"message": "Connection checked in", "driverConnectionId": conn_id},
                        f"Connection checked in: address={self._where()}, "
@@ -262,6 +279,9 @@ class Publisher:
     def _deliver(self, method: str, event: object, fields: dict[str, Any], text: str) -> None:
         if LOGGER.isEnabledFor(logging.DEBUG):
             LOGGER.debug(text, extra={"structured": fields})
+        self._notify(method, event)
+
+    def _notify(self, method: str, event: object) -> None:
         for listener in self.listeners:
             try:
                 getattr(listener, method)(event)

@@ -44,6 +44,7 @@ from pymongo.monitoring import ConnectionClosedReason as _Closed
 from greenpool import forking
 from greenpool.address import Address, format_address, parse_address
 from greenpool.errors import PoolClearedError, PoolClosedError, WaitQueueTimeoutError
+from greenpool.metrics import Tally
 from greenpool.monitoring import Publisher
 from greenpool.options import PoolOptions
 from greenpool.poolstate import Action, PoolState, transition
@@ -93,8 +94,9 @@ class Connection(Generic[T]):
     """
 
     __slots__ = (
-        "__weakref__", "_counted", "_created_at", "_establisher", "_idle_since", "_pid", "_pool",
-        "error", "generation", "id", "interrupted", "purpose", "service_id", "state", "transport",
+        "__weakref__", "_counted", "_created_at", "_establisher", "_idle_since", "_out_at", "_pid",
+        "_pool", "error", "generation", "id", "interrupted", "purpose", "service_id", "state",
+        "transport",
     )
 
     def __init__(self, pool: Pool[T], conn_id: int, generation: int) -> None:
@@ -114,6 +116,7 @@ class Connection(Generic[T]):
         self._pid = pool._pid
         self._created_at = _now()
         self._idle_since = 0.0
+        self._out_at = 0.0  # when the current checkout handed it out (usage time)
         self._establisher: Any = None
         self._counted = False
 
@@ -145,10 +148,10 @@ class Connection(Generic[T]):
 
     def __exit__(self, exc_type: object, exc: object, traceback: object) -> None:
         pool = self._pool
-        pool._checkin(self)
         if exc_type is None:
-            pool._events.flush()
+            pool.checkin(self)
         else:
+            pool._checkin(self)
             pool._events.flush_later()  # never yield while an exception propagates
 
     def __repr__(self) -> str:
@@ -215,6 +218,8 @@ class Pool(Generic[T]):
         self._load_balanced = self.options.load_balanced
         self._max_idle = self.options.max_idle_time
         self._min_pool_size = self.options.min_pool_size
+        self._max_pool_size = self.options.max_pool_size
+        self._max_connecting = self.options.max_connecting
         self._connector = connector
         self._on_establish_error = on_establish_error
         self._events = Publisher(self.address, listeners)
@@ -236,6 +241,7 @@ class Pool(Generic[T]):
         self._alarm = Alarm()
         self._maintainer: gevent.Greenlet | None = None
         self._fillers: set[gevent.Greenlet] = set()
+        self._tally = Tally()
         forking.track(self)
         self._events.pool_created(self.options.reported())
         self._events.flush()
@@ -284,6 +290,38 @@ class Pool(Generic[T]):
             max_pool_size=self.options.max_pool_size,
         )
 
+    def get_stats(self) -> dict[str, int]:
+        """The pool's gauges and always-on counters, as psycopg_pool's
+        ``get_stats()`` names them (times in whole milliseconds).
+
+        Gauges: ``pool_min``, ``pool_max`` (minPoolSize, maxPoolSize),
+        ``pool_size`` (connections, pending ones included), ``pool_available``,
+        ``requests_waiting``. Counters since the pool was created or the last
+        :meth:`pop_stats`: ``requests_num``, ``requests_queued``,
+        ``requests_wait_ms``, ``requests_errors`` (``requests_timeouts``
+        included), ``returns_bad``, ``usage_ms``, ``connections_num``,
+        ``connections_ms``, ``connections_errors``, ``connections_lost``.
+        They need no listener and cost a few increments per checkout.
+
+        >>> pool.get_stats()["requests_num"]  # doctest: +SKIP
+        42
+        """
+        return {
+            "pool_min": self.options.min_pool_size,
+            "pool_max": self.options.max_pool_size,
+            "pool_size": self._total(),
+            "pool_available": len(self._available),
+            "requests_waiting": len(self._queue),
+            **self._tally.counters(),
+        }
+
+    def pop_stats(self) -> dict[str, int]:
+        """:meth:`get_stats`, then start the counters again from zero (the
+        gauges describe the pool now and are not reset)."""
+        stats = self.get_stats()
+        self._tally = Tally()
+        return stats
+
     # -- checkout ---------------------------------------------------------------
 
     def checkout(self, timeout: float | None = None) -> Connection[T]:
@@ -304,26 +342,45 @@ class Pool(Generic[T]):
         if self._pid != os.getpid() or self._thread != _real_thread_id():
             self._check_owner()
         self._turns.take()  # fair turns: may yield once, before anything is held
-        # The fast path: nobody listens, nobody waits, the newest idle
-        # connection is fresh. Anything else takes the general path below.
-        if (self._state is PoolState.READY and not self._queue.waiting
-                and not self._events.active):
-            conn = self._take_fresh()
-            if conn is not None:
-                return conn
+        self._tally.requests_num += 1
+        # The fast path: nobody waits and the newest idle connection is
+        # fresh. Anything else takes the general path below. With listeners
+        # or the log on, it reports what the general path would: the same
+        # events in the same order, flushed once the connection is ours.
+        if self._state is PoolState.READY and not self._queue.waiting:
+            if not self._events.active:
+                conn = self._take_fresh()
+                if conn is not None:
+                    conn._out_at = _now()
+                    return conn
+            else:
+                started = _now()
+                conn = self._take_fresh()
+                if conn is not None:
+                    self._events.checkout_started()
+                    return self._hand_out(conn, started)
         return self._checkout(timeout)
 
     def _checkout(self, timeout: float | None) -> Connection[T]:
         started = _now()
-        events = self._events
-        events.checkout_started()
+        self._events.checkout_started()
         conn = self._wait_for_grant(started, timeout)
         if conn.state is ConnectionState.PENDING:
             self._establish_for_checkout(conn, started)
-        events.checked_out(conn.id, _now() - started)
+        return self._hand_out(conn, started)
+
+    def _hand_out(self, conn: Connection[T], started: float) -> Connection[T]:
+        """Report the checkout of ``conn`` (now in use) and return it."""
+        events = self._events
+        now = _now()
+        self._tally.requests_wait_s += now - started
+        conn._out_at = now
+        events.checked_out(conn.id, now - started)
         try:
             events.flush()
-        except BaseException:
+        except BaseException as kill:
+            self._count_failed_request(0.0, _Failed.TIMEOUT
+                                       if isinstance(kill, gevent.Timeout) else None)
             self._checkin(conn)  # killed in a listener: the caller never got it
             events.flush_later()
             raise
@@ -334,14 +391,16 @@ class Pool(Generic[T]):
         refusal = self._refusal()
         if refusal is not None:
             self._fail_checkout(started, refusal)
-        if not self._queue:
+        if not self._queue.waiting:
             conn = self._grant(wanting=1)
             if conn is not None:
                 return conn
         slot = self._queue.join()
+        self._tally.requests_queued += 1
         # One more waiter can mean one more creation: waiters beyond those the
         # background establishments will serve may create (see _grant).
-        self._dispatch()
+        if self._available or self._may_create():
+            self._dispatch()
         try:
             self._events.flush()  # CheckOutStarted before blocking; may yield
             conn = slot.wait(self._wait_timeout(started, timeout))
@@ -357,10 +416,11 @@ class Pool(Generic[T]):
                 self._give_back(leftover)
             self._report_killed_checkout(started, kill)
             raise
-        refusal = self._refusal()
-        if refusal is not None:  # cleared or closed after the grant, before we woke
-            self._give_back(conn)
-            self._fail_checkout(started, refusal)
+        if self._state is not PoolState.READY:
+            refusal = self._refusal()
+            if refusal is not None:  # cleared or closed after the grant, before we woke
+                self._give_back(conn)
+                self._fail_checkout(started, refusal)
         return conn
 
     def _establish_for_checkout(self, conn: Connection[T], started: float) -> None:
@@ -386,8 +446,10 @@ class Pool(Generic[T]):
         return PoolClearedError.cleared(self.address, self._clear_cause)
 
     def _wait_timeout(self, started: float, timeout: float | None) -> float | None:
-        limits = [t for t in (self.options.wait_queue_timeout, timeout) if t is not None]
-        return min(limits) - (_now() - started) if limits else None
+        limit = self.options.wait_queue_timeout
+        if limit is None or (timeout is not None and timeout < limit):
+            limit = timeout
+        return None if limit is None else limit - (_now() - started)
 
     def _fail_checkout(
         self, started: float, error: BaseException, reason: str | None = None
@@ -396,7 +458,9 @@ class Pool(Generic[T]):
             closed = isinstance(error, PoolClosedError)
             reason = _Failed.POOL_CLOSED if closed else _Failed.CONN_ERROR
         detail = error if reason == _Failed.CONN_ERROR else None
-        self._events.checkout_failed(reason, _now() - started, detail)
+        waited = _now() - started
+        self._count_failed_request(waited, reason)
+        self._events.checkout_failed(reason, waited, detail)
         self._events.flush()
         raise error
 
@@ -404,8 +468,17 @@ class Pool(Generic[T]):
         """Report a checkout ended by a kill, without yielding: a yield here
         would let another exception (the greenlet's own timeout) replace it."""
         reason = _Failed.TIMEOUT if isinstance(kill, gevent.Timeout) else _Failed.CONN_ERROR
-        self._events.checkout_failed(reason, _now() - started, None)
+        waited = _now() - started
+        self._count_failed_request(waited, reason)
+        self._events.checkout_failed(reason, waited, None)
         self._events.flush_later()
+
+    def _count_failed_request(self, waited: float, reason: str | None) -> None:
+        tally = self._tally
+        tally.requests_errors += 1
+        tally.requests_wait_s += waited
+        if reason == _Failed.TIMEOUT:
+            tally.requests_timeouts += 1
 
     def _timeout_error(self, started: float) -> WaitQueueTimeoutError:
         stats = self.stats()
@@ -460,7 +533,9 @@ class Pool(Generic[T]):
         self._take_service_generation(conn)
         conn.state = ConnectionState.IN_USE
         self._in_use.add(conn)
-        self._events.connection_ready(conn.id, _now() - conn._created_at)
+        took = _now() - conn._created_at
+        self._tally.connections_s += took
+        self._events.connection_ready(conn.id, took)
         # No flush here: a listener could yield and a kill would then strand
         # this in-use connection; the caller flushes once it owns it.
         self._rebalance()
@@ -477,6 +552,9 @@ class Pool(Generic[T]):
         """A pending connection failed to establish: close it, then hand on."""
         if conn._pid != self._pid:
             return  # the process forked; the reset already dropped it
+        tally = self._tally
+        tally.connections_errors += 1
+        tally.connections_s += _now() - conn._created_at
         self._unpend(conn)
         conn.state = ConnectionState.CLOSED
         # No longer counted in its service; the entry stays (even at zero)
@@ -522,18 +600,27 @@ class Pool(Generic[T]):
         """
         events = self._events
         # The fast path: a healthy connection of the current generation back
-        # to a ready pool nobody waits on or listens to becomes available.
-        # Anything else (and any doubt) takes the general path below.
+        # to a ready pool goes to the oldest waiter (staying in use), or
+        # becomes available. Anything else (and any doubt) takes the general
+        # path below. Nothing else changes here: with waiters there is no
+        # idle connection and no room to create one (else they would not
+        # wait), and the pool's size is the same, so the general path's
+        # _rebalance would find nothing to do.
         if (conn._pool is self and conn.state is ConnectionState.IN_USE
-                and self._state is PoolState.READY and not self._queue.waiting
+                and self._state is PoolState.READY
                 and conn.error is None and conn.generation == self._generation
-                and not self._load_balanced and conn._pid == self._pid
-                and not events.active):
-            self._in_use.discard(conn)
+                and not self._load_balanced and conn._pid == self._pid):
+            if events.active:
+                events.checked_in(conn.id)
+            now = _now()
+            self._tally.usage_s += now - conn._out_at
             conn.purpose = Purpose.OTHER
-            conn.state = ConnectionState.AVAILABLE
-            conn._idle_since = _now()
-            self._available.append(conn)
+            queue = self._queue
+            if not (queue.waiting and queue.deliver(conn)):
+                self._in_use.discard(conn)
+                conn.state = ConnectionState.AVAILABLE
+                conn._idle_since = now
+                self._available.append(conn)
             if events._outbox:
                 events.flush()
             return
@@ -553,12 +640,15 @@ class Pool(Generic[T]):
             return
         if conn.state is not ConnectionState.IN_USE:
             raise ValueError(f"cannot check in {conn!r}: it is not checked out")
+        self._tally.usage_s += _now() - conn._out_at
         self._events.checked_in(conn.id)
-        self._put_back(conn)
+        if not self._put_back(conn):
+            self._tally.returns_bad += 1
         self._rebalance()
 
-    def _put_back(self, conn: Connection[T]) -> None:
-        """An in-use connection comes back: close it if perished, else free it."""
+    def _put_back(self, conn: Connection[T]) -> bool:
+        """An in-use connection comes back: close it if perished, else free
+        it. Whether it was kept (not closed)."""
         self._in_use.discard(conn)
         conn.purpose = Purpose.OTHER
         if self._state is PoolState.CLOSED:
@@ -567,6 +657,8 @@ class Pool(Generic[T]):
             self._retire(conn, reason, conn.error if reason == _Closed.ERROR else None)
         else:
             self._release(conn)
+            return True
+        return False
 
     def _release(self, conn: Connection[T]) -> None:
         """Hand a good connection to the oldest waiter, or make it available."""
@@ -649,16 +741,17 @@ class Pool(Generic[T]):
         return None
 
     def _may_create(self) -> bool:
-        options = self.options
+        max_pool_size = self._max_pool_size
         return (
-            self._state is PoolState.READY
-            and len(self._pending) < options.max_connecting
-            and (not options.max_pool_size or self._total() < options.max_pool_size)
+            (not max_pool_size or self._total() < max_pool_size)
+            and len(self._pending) < self._max_connecting
+            and self._state is PoolState.READY
         )
 
     def _create(self) -> Connection[T]:
         conn = Connection(self, self._next_id, self._generation)
         self._next_id += 1
+        self._tally.connections_num += 1
         self._pending.add(conn)
         self._events.connection_created(conn.id)
         return conn
@@ -689,6 +782,8 @@ class Pool(Generic[T]):
     def _retire(self, conn: Connection[T], reason: str, error: BaseException | None = None) -> None:
         """Mark a connection closed (already out of its container) and report it."""
         conn.state = ConnectionState.CLOSED
+        if reason == _Closed.ERROR and conn.transport is not None:
+            self._tally.connections_lost += 1
         if conn._counted:
             conn._counted = False
             entry = self._services[conn.service_id]

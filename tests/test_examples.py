@@ -54,7 +54,6 @@ def test_demo_refuses_bad_sizes() -> None:
 
 @pytest.mark.parametrize(("script", "expected"), [
     ("gevent_script.py", "page 3 documents: 14"),
-    ("listener.py", 'greenpool_commands_total{command="ping"} 50'),
     ("log_messages.py", '"message": "Connection checked out"'),
 ])
 def test_example(script: str, expected: str, mongodb_uri: str) -> None:
@@ -90,3 +89,18 @@ def test_wsgi_server_example(mongodb_uri: str) -> None:
     finally:
         server.terminate()
         server.wait(10)
+
+
+def test_listener_example_serves_the_pool_metrics_to_prometheus(mongodb_uri: str) -> None:
+    """examples/listener.py: 50 pings, then one scrape of its /metrics endpoint."""
+    out = run(str(ROOT / "examples" / "listener.py"), mongodb_uri)
+    host_port = mongodb_uri.split("//", 1)[1].split("/", 1)[0].split("?", 1)[0]
+    pool = f'db_client_connection_pool_name="{host_port}"'
+    lines = set(out.splitlines())
+    assert f"db_client_connection_wait_time_seconds_count{{{pool}}} 50" in lines, out
+    assert f"db_client_connection_use_time_seconds_count{{{pool}}} 50" in lines, out
+    assert f'db_client_connection_count{{{pool},db_client_connection_state="used"}} 0' in lines
+    assert f"db_client_connection_max{{{pool}}} 4" in lines
+    assert f"db_client_connection_timeouts_total{{{pool}}} 0" in lines
+    assert "# TYPE db_client_connection_wait_time_seconds histogram" in lines
+    assert f'db_client_connection_wait_time_seconds_bucket{{{pool},le="+Inf"}} 50' in lines
