@@ -62,7 +62,10 @@ def make(mode: str, tag_sets: Sequence[Mapping[str, Any]] | None = None,
     if not isinstance(mode, str) or mode not in _MONGOS_MODES:
         raise ConfigurationError(
             f"read preference mode {mode!r} is not one of {', '.join(_MONGOS_MODES)}")
-    tags = None if tag_sets is None else _check_tag_sets(tag_sets)
+    # No tag sets at all means any server, as [{}] does; an empty list must
+    # not reach the server (the spec's document structure: "tags" has at
+    # least one document) nor count as tags given with primary.
+    tags = None if tag_sets is None else _check_tag_sets(tag_sets) or None
     if (not isinstance(max_staleness, int) or isinstance(max_staleness, bool)
             or (max_staleness != -1 and max_staleness <= 0)):
         raise ConfigurationError(

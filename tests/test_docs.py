@@ -24,6 +24,11 @@ sys.path.insert(0, str(DOCS / "_ext"))
 
 import conformance  # noqa: E402
 
+# The first test's time includes the spec_report fixture, a run of every spec test
+# module (servers included): minutes on a loaded machine. Each Sphinx build keeps its
+# own limit below.
+pytestmark = pytest.mark.timeout(600)
+
 
 @pytest.fixture(scope="module")
 def spec_report(tmp_path_factory: pytest.TempPathFactory) -> Path:

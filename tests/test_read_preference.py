@@ -103,6 +103,11 @@ def test_bad_values_are_refused_by_name(value: Any, named: str) -> None:
     assert named in str(caught.value)
 
 
+def test_an_empty_tag_set_list_is_no_tags() -> None:
+    assert make("primary", []) == make("primary")
+    assert make("nearest", []).document == {"mode": "nearest"}
+
+
 def test_accepted_forms() -> None:
     assert coerce(ReadPreference.SECONDARY) is ReadPreference.SECONDARY
     assert coerce("nearest").document == {"mode": "nearest"}
