@@ -216,9 +216,11 @@ def test_a_kill_is_never_replaced_by_the_greenlets_own_timeout(where: str) -> No
     """Cleanup after a kill must not yield: a slow listener there would let
     the greenlet's own gevent.Timeout fire and replace the GreenletExit."""
 
+    # The listener sleeps longer than the victim's own timeout, which is long
+    # next to the test's own steps (so a loaded machine cannot fire it first).
     class Slow(monitoring.ConnectionPoolListener):
         def _slow(self, event: object) -> None:
-            gevent.sleep(0.05)
+            gevent.sleep(1.0)
 
         connection_check_out_failed = connection_checked_in = _slow
 
@@ -229,7 +231,7 @@ def test_a_kill_is_never_replaced_by_the_greenlets_own_timeout(where: str) -> No
     outcome: list[str] = []
 
     def victim() -> None:
-        own = gevent.Timeout(0.02)
+        own = gevent.Timeout(0.5)
         try:
             with own, pool.checkout():
                 gevent.sleep(10)
@@ -244,5 +246,5 @@ def test_a_kill_is_never_replaced_by_the_greenlets_own_timeout(where: str) -> No
     assert greenlet.dead and outcome == [], f"the kill was lost: {outcome}"
     if holder is not None:
         pool.checkin(holder)
-    gevent.sleep(0.2)  # the deferred events are delivered
+    gevent.sleep(1.5)  # the deferred events are delivered
     assert pool.stats().in_use == 0 and pool.stats().waiting == 0
