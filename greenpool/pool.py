@@ -341,7 +341,10 @@ class Pool(Generic[T]):
             raise ValueError(f"checkout timeout must be None or a number >= 0, not {timeout!r}")
         if self._pid != os.getpid() or self._thread != _real_thread_id():
             self._check_owner()
-        self._turns.take()  # fair turns: may yield once, before anything is held
+        if self._state is PoolState.READY and not self._queue.waiting:
+            # Fair turns, only where a checkout could take without queueing:
+            # may yield once, before anything is held.
+            self._turns.take()
         self._tally.requests_num += 1
         # The fast path: nobody waits and the newest idle connection is
         # fresh. Anything else takes the general path below. With listeners

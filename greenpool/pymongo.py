@@ -323,8 +323,10 @@ class GreenPool(Pool):
         self, checkout_started_time: float, handler: _ClientCheckout | None = None
     ) -> Connection:
         started = checkout_started_time
-        # Fair turns: may yield once, before anything is checked, counted or held.
-        self._gp_turns.take()
+        if self.state == _READY and not (self._gp_new or self._gp_held):
+            # Fair turns, only where a checkout could take without queueing:
+            # may yield once, before anything is checked, counted or held.
+            self._gp_turns.take()
         if self.pid != os.getpid():
             self.reset_without_pause()
         if self.closed:

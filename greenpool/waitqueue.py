@@ -251,15 +251,17 @@ class Turns:
     answers before it blocks never yields: it checks in, finds its connection
     free again (nobody queues, because the greenlets spawned with it have not
     even started) and checks out again, turn after turn. :meth:`take`, called
-    at the start of every checkout, stops that: a greenlet that checks out
+    by every checkout that could take without queueing (the pool is ready,
+    nobody waits), stops that: a greenlet that checks out
     again with no other checkout in between, while other greenlets are ready
     to run, first lets them run (``sleep(0)`` puts it behind every pending
     hub callback, greenlet starts and wake-ups included), so they reach the
     pool, and the queue, before it takes another turn.
 
-    The uncontended path pays a ``getcurrent()`` and a comparison; a lone
-    greenlet looping over commands yields only when something else is ready
-    to run. Nothing is held across the yield, so a kill there costs nothing.
+    The uncontended path pays a ``getcurrent()``, a comparison and a look at
+    the hub's callback queue; a lone greenlet looping over commands yields
+    only when something else is ready to run. Nothing is held across the
+    yield, so a kill there costs nothing.
     """
 
     __slots__ = ("_last", "_loop")

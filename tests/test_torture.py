@@ -109,7 +109,7 @@ class CheckinYielder(monitoring.ConnectionPoolListener):
     connection_checked_out = _nothing
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(240)
 def test_100k_random_kills_on_the_mock_pool() -> None:
     rng = random.Random(20261123)
     phases = Phases()
@@ -195,7 +195,9 @@ def test_100k_random_kills_on_the_mock_pool() -> None:
     assert sum(kills.values()) >= total
     for phase in PHASES:
         assert kills[phase] >= 1000, f"too few kills while {phase}: {kills}"
-    assert time.monotonic() - started < 50
+    # A bound against pathological slowness, not a benchmark: about 20 s on a
+    # quiet 2-core machine, over 60 s when it is shared by many test runs.
+    assert time.monotonic() - started < 200
     print(f"\nkills by phase: {dict(kills)}; connections opened: {len(opened)}")
 
 
