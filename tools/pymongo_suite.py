@@ -252,6 +252,7 @@ class Recorder:
     def __init__(self, path: str) -> None:
         self.file = open(path, "a")  # noqa: SIM115 (open for the whole session)
         self.current: dict[str, list[str]] = {}
+        self.seconds: dict[str, float] = {}
 
     def _write(self, record: dict[str, Any]) -> None:
         self.file.write(json.dumps(record) + "\n")
@@ -274,13 +275,15 @@ class Recorder:
             outcome = "skipped"  # xfail counts as skipped, as in pytest's summary
         else:
             outcome = "passed"
+        self.seconds[report.nodeid] = self.seconds.get(report.nodeid, 0.0) + report.duration
         previous = self.current.get(report.nodeid)
         # The worst phase wins: a passing call with a failing teardown is an error.
         if previous is None or previous[0] == "passed":
             self.current[report.nodeid] = [outcome, message]
         if report.when == "teardown":
             final = self.current.pop(report.nodeid)
-            self._write({"test": report.nodeid, "outcome": final[0], "message": final[1]})
+            self._write({"test": report.nodeid, "outcome": final[0], "message": final[1],
+                         "seconds": round(self.seconds.pop(report.nodeid), 2)})
 
 
 def install_loopback_guard() -> None:
