@@ -344,7 +344,7 @@ class Link:
             raise AutoReconnect(f"{format_address(self.address)}: {exc}") from exc
         except AutoReconnect as exc:
             self.close()
-            if not isinstance(exc.__cause__, ProtocolError):
+            if isinstance(exc, PoolClearedError) or not isinstance(exc.__cause__, ProtocolError):
                 raise
             # No MongoDB server answers a hello with a malformed message:
             # something else listens there (a web server, another service).
