@@ -166,6 +166,27 @@ def test_any_error_while_a_connection_is_in_use_closes_it_at_checkin() -> None:
             assert client.stats().total == 1
 
 
+@pytest.mark.parametrize(("reply", "expected"), [
+    ({"ok": 0.0, "errmsg": "x", "errorLabels": 5}, "errorLabels must be a list of strings, not 5"),
+    ({"ok": 0.0, "errmsg": "x", "code": [1]}, "code must be an integer, not [1]"),
+    ({"ok": 1.0, "writeConcernError": 5}, "writeConcernError must be a document, not 5"),
+    ({"ok": 1.0, "writeConcernError": {"code": 64, "errInfo": "x"}},
+     "writeConcernError.errInfo must be a document, not 'x'"),
+], ids=["errorLabels", "code", "writeConcernError", "errInfo"])
+def test_a_reply_with_malformed_error_fields_discards_the_connection(
+        reply: dict[str, Any], expected: str) -> None:
+    lying = Switch(lambda _request: reply)
+    with FakeServer(handlers={"ping": lying}) as server, no_leaks():
+        events = AllEvents()
+        with Client(uri(server), event_listeners=[events]) as client:
+            with pytest.raises(AutoReconnect) as caught:
+                client.command("admin", {"ping": 1})
+            assert first_line(caught.value) == f"{where(server)}: malformed reply: {expected}"
+            assert closed_reasons(events) == ["error"]
+            lying.hostile = False
+            assert client.command("admin", {"ping": 1}) == {"ok": 1.0}
+
+
 # -- 2. the monitor never dies ----------------------------------------------------------------
 
 
