@@ -28,7 +28,13 @@ import pytest
 from bson.binary import Binary
 from gevent.pywsgi import WSGIServer
 from pymongo import monitoring as _m
-from pymongo.errors import AutoReconnect, InvalidName, NetworkTimeout, ServerSelectionTimeoutError
+from pymongo.errors import (
+    AutoReconnect,
+    InvalidName,
+    InvalidOperation,
+    NetworkTimeout,
+    ServerSelectionTimeoutError,
+)
 
 from greenpool import Client, Pool
 from greenpool import auth as auth_module
@@ -185,6 +191,18 @@ def test_a_reply_with_malformed_error_fields_discards_the_connection(
             assert closed_reasons(events) == ["error"]
             lying.hostile = False
             assert client.command("admin", {"ping": 1}) == {"ok": 1.0}
+
+
+def test_a_cursor_reply_with_a_bad_id_is_a_pymongo_error() -> None:
+    lying = Switch(lambda _request: {"ok": 1.0, "cursor": {"id": "abc", "firstBatch": []}},
+                   good=lambda _request: {"ok": 1.0, "cursor": {"id": 0, "firstBatch": [{}]}})
+    with FakeServer(handlers={"find": lying}) as server, no_leaks(), Client(uri(server)) as client:
+        with pytest.raises(InvalidOperation) as caught:
+            client.find("db", "c", {})
+        assert first_line(caught.value) == (
+            "the server's reply has a cursor id that is not an integer: 'abc'")
+        lying.hostile = False
+        assert list(client.find("db", "c", {})) == [{}]
 
 
 # -- 2. the monitor never dies ----------------------------------------------------------------
