@@ -79,8 +79,10 @@ def _live_greenlets() -> set[int]:
     # a while), nor any thread's main greenlet (no parent).
     return {
         id(g) for g in gc.get_objects()
-        if isinstance(g, greenlet.greenlet) and g and g is not hub and g is not current
-        and g.parent is not None and not isinstance(g, _THREADPOOL_WORKER)
+        # type(), not isinstance(): a dead weak proxy among the objects
+        # raises ReferenceError when asked for its class.
+        if issubclass(type(g), greenlet.greenlet) and g and g is not hub and g is not current
+        and g.parent is not None and not issubclass(type(g), _THREADPOOL_WORKER)
     }
 
 
