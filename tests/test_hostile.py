@@ -699,7 +699,8 @@ def test_unknown_options_are_still_warned_about_one_by_one_then_summed_up() -> N
     assert messages[-1] == "6 more unknown options in the connection string are ignored too"
     assert settings.pool.max_pool_size == 100
     _, caught, _ = _parse_timed("mongodb://h/?maxPolSize=3")
-    assert [str(r.message) for r in caught] == [
-        "Unknown option: maxpolsize. Did you mean one of (maxpoolsize, minpoolsize, "
-        "srvmaxhosts) or maybe a camelCase version of one? Refer to docstring. "
-        "(connection string option maxPolSize='3')"]  # as before, from PyMongo
+    # As PyMongo words it (its list of near misses depends on its version).
+    [message] = [str(r.message) for r in caught]
+    assert message.startswith("Unknown option: maxpolsize. Did you mean one of (maxpoolsize, ")
+    assert message.endswith(") or maybe a camelCase version of one? Refer to docstring. "
+                            "(connection string option maxPolSize='3')")
