@@ -226,7 +226,11 @@ class Cursor:
         cursor = reply.get("cursor")
         if not isinstance(cursor, Mapping) or not isinstance(cursor.get(field), list):
             raise InvalidOperation(f"the server's reply has no cursor.{field}: {reply!r}")
-        self._id = int(cursor.get("id", 0))
+        cursor_id = cursor.get("id", 0)
+        if isinstance(cursor_id, bool) or not isinstance(cursor_id, int):
+            raise InvalidOperation(f"the server's reply has a cursor id that is not an integer: "
+                                   f"{cursor_id!r}")
+        self._id = cursor_id
         namespace = cursor.get("ns")
         if isinstance(namespace, str) and "." in namespace:
             self._db, self._collection = namespace.split(".", 1)

@@ -68,6 +68,7 @@ from greenpool.wire import (
     Compressor,
     Message,
     check_reply,
+    check_reply_fields,
     decode_message,
     decode_reply,
     encode_command,
@@ -195,7 +196,8 @@ class Link:
 
     __slots__ = (
         "_broken", "_busy", "_closed", "_compressor", "_connection", "_hello", "_interrupted",
-        "_max_message_size", "_more_to_come", "_sock", "_speculative", "address", "options",
+        "_max_message_size", "_more_to_come", "_sock", "_speculative", "_spoke_mongodb",
+        "address", "options",
     )
 
     def __init__(
@@ -225,6 +227,9 @@ class Link:
         # the last reply's id (the next reply answers one of them).
         self._more_to_come: tuple[int, int] | None = None
         self._speculative: ScramConversation | None = None
+        # A well-formed MongoDB message came back: whatever fails after that,
+        # the peer is a MongoDB server (or speaks like one).
+        self._spoke_mongodb = False
 
     # -- opening -------------------------------------------------------------------------
 
@@ -344,7 +349,8 @@ class Link:
             raise AutoReconnect(f"{format_address(self.address)}: {exc}") from exc
         except AutoReconnect as exc:
             self.close()
-            if not isinstance(exc.__cause__, ProtocolError):
+            if (isinstance(exc, PoolClearedError) or self._spoke_mongodb
+                    or not isinstance(exc.__cause__, ProtocolError)):
                 raise
             # No MongoDB server answers a hello with a malformed message:
             # something else listens there (a web server, another service).
@@ -576,7 +582,9 @@ class Link:
         header = parse_header(self._recv_exactly(HEADER_SIZE, deadline), max_message_size=limit)
         body = self._recv_exactly(header.length - HEADER_SIZE, deadline)
         message = decode_message(header, body, max_message_size=limit)
+        self._spoke_mongodb = True
         _check_response_to(message.response_to, answering)
+        check_reply_fields(message.document)
         if message.more_to_come and not stream:
             raise ProtocolError(
                 "the server flagged its reply moreToCome (more replies follow) although the "
@@ -591,8 +599,11 @@ class Link:
             self._recv_exactly(HEADER_SIZE, deadline), max_message_size=limit
         )
         reply = decode_reply(header, self._recv_exactly(header.length - HEADER_SIZE, deadline))
+        self._spoke_mongodb = True
         _check_response_to(reply.response_to, (response_to,))
-        return reply.command_reply()
+        document = reply.command_reply()
+        check_reply_fields(document)
+        return document
 
     # -- closing -------------------------------------------------------------------------------
 

@@ -71,6 +71,7 @@ __all__ = [
     "MessageHeader",
     "check_database_name",
     "check_reply",
+    "check_reply_fields",
     "compressor_available",
     "decode_message",
     "decode_reply",
@@ -824,6 +825,43 @@ def check_reply(reply: _Reply, *, raise_write_concern_error: bool = True) -> _Re
     if raise_write_concern_error and reply.get("writeConcernError"):
         _raise_write_concern_error(reply)
     return reply
+
+
+def check_reply_fields(reply: Mapping[str, Any]) -> None:
+    """Refuse a reply whose error fields have types no server sends, raising
+    :class:`ProtocolError` naming the field: ``errorLabels`` (a list of
+    strings), ``code`` (an integer), ``writeConcernError`` (a document, with
+    an integer ``code`` and a document ``errInfo``). Such a reply would
+    otherwise make :func:`check_reply` raise a ``TypeError`` instead of
+    PyMongo's error."""
+    labels = reply.get("errorLabels")
+    if labels is not None and not (
+            isinstance(labels, list) and all(isinstance(label, str) for label in labels)):
+        _malformed("errorLabels", labels, "a list of strings")
+    _check_code("code", reply.get("code"))
+    concern = reply.get("writeConcernError")
+    if concern is not None:
+        if not isinstance(concern, Mapping):
+            _malformed("writeConcernError", concern, "a document")
+        _check_code("writeConcernError.code", concern.get("code"))
+        info = concern.get("errInfo")
+        if info is not None and not isinstance(info, Mapping):
+            _malformed("writeConcernError.errInfo", info, "a document")
+
+
+def _check_code(name: str, code: object) -> None:
+    if code is None:
+        return
+    if isinstance(code, bool) or not isinstance(code, int | float) or (
+            isinstance(code, float) and not code.is_integer()):
+        _malformed(name, code, "an integer")
+
+
+def _malformed(name: str, value: object, wanted: str) -> NoReturn:
+    shown = repr(value)
+    if len(shown) > 60:
+        shown = shown[:57] + "..."
+    raise ProtocolError(f"malformed reply: {name} must be {wanted}, not {shown}")
 
 
 def _raise_command_error(reply: Mapping[str, Any]) -> NoReturn:
