@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 import gevent
+import gevent.event
 import pytest
 from bson.objectid import ObjectId
 from pymongo import errors as pymongo_errors
@@ -191,10 +192,11 @@ def test_the_connection_of_a_killed_waiter_goes_to_the_next() -> None:
 
 def test_a_pending_grant_of_a_killed_waiter_goes_to_the_next() -> None:
     doomed: Any = None
+    gate = gevent.event.Event()  # not a timer: a loaded machine cannot reorder it
 
     def connector(conn: Any) -> Any:
-        gevent.sleep(0.01)
         if conn.id == 1:
+            gate.wait(5)
             # Scheduled before the grant's wake-up (which our return triggers):
             # ``doomed`` dies holding a pending connection it never used.
             gevent.get_hub().loop.run_callback(doomed.throw, gevent.GreenletExit())
@@ -202,9 +204,10 @@ def test_a_pending_grant_of_a_killed_waiter_goes_to_the_next() -> None:
 
     pool, recorder = make_pool({"maxPoolSize": 2, "maxConnecting": 1}, connector=connector)
     first = gevent.spawn(pool.checkout)  # establishing: maxConnecting is full
-    gevent.sleep(0.001)
     doomed = gevent.spawn(pool.checkout)
     patient = gevent.spawn(pool.checkout)
+    wait_until(lambda: pool.stats().waiting == 2)
+    gate.set()
     assert first.get(timeout=5).id == 1
     conn = patient.get(timeout=5)
     assert isinstance(doomed.value, gevent.GreenletExit), "the kill landed after the grant"
