@@ -35,7 +35,10 @@ OVERLAYS = ROOT / ".venv-pymongo"
 # The tests of what depends on PyMongo's private internals (greenpool.pymongo).
 ADAPTER_TESTS = ("tests/test_pymongo_pool.py", "tests/test_pymongo_client.py")
 # greenpool's own tests that prove its base requirement's floor (pymongo>=4.9).
-BASE_TESTS = ("tests/test_client.py", "tests/test_pool.py", "tests/test_cmap_spec.py")
+BASE_TESTS = ("tests/test_client.py", "tests/test_pool.py", "tests/test_cmap_spec.py",
+              "tests/test_read_preference.py", "tests/test_timeouts.py", "tests/test_csot_spec.py",
+              "tests/test_hostile.py", "tests/test_metrics.py", "tests/test_sdam_logging.py",
+              "tests/test_lb_audit.py", "tests/test_uri_options.py", "tests/test_cmap_logging.py")
 # The latest patch of every PyMongo minor release greenpool.pymongo supports
 # (greenpool.pymongo.SUPPORTED_PYMONGO; tests/test_pymongo_pool.py checks they agree).
 PYMONGO_MATRIX = ("4.9.2", "4.10.1", "4.11.3", "4.12.1", "4.13.2", "4.14.1", "4.15.5",
