@@ -116,7 +116,8 @@ def test_app_example_under_gunicorn_gevent_workers(
 
         gevent.pool.Pool(CONCURRENCY).map(one, range(REQUESTS))
 
-    assert failures == [], f"{len(failures)} failed, e.g. {failures[:3]}"
+    log = (tmp_path / "gunicorn.log").read_text(errors="replace")
+    assert failures == [], f"{len(failures)} failed, e.g. {failures[:3]}\n{log[-6000:]}"
     assert len(replies) == REQUESTS
     assert {tuple(reply["pools"]) for reply in replies} == {("GreenPool",)}
     assert len({reply["pid"] for reply in replies}) == WORKERS
