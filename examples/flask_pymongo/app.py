@@ -23,6 +23,7 @@ from typing import Any
 from flask import Flask
 from flask_pymongo import PyMongo
 from pymongo import ReturnDocument
+from pymongo.errors import DuplicateKeyError
 
 from greenpool.pymongo import KillSafeCondition, pool_factory
 
@@ -38,11 +39,23 @@ def pool_classes() -> list[str]:
     return sorted({type(server.pool).__name__ for server in servers})
 
 
-@app.get("/visit/<name>")
-def visit(name: str) -> dict[str, Any]:
+def count_visit(name: str) -> dict[str, Any]:
+    """One more visit of ``name``, atomically; the updated document."""
     assert mongo.db is not None  # the URI names a database
-    counter = mongo.db.visits.find_one_and_update(
+    counter: dict[str, Any] = mongo.db.visits.find_one_and_update(
         {"_id": name}, {"$inc": {"count": 1}}, upsert=True,
         return_document=ReturnDocument.AFTER)
+    return counter
+
+
+@app.get("/visit/<name>")
+def visit(name: str) -> dict[str, Any]:
+    try:
+        counter = count_visit(name)
+    except DuplicateKeyError:
+        # Two first visits of a name can race: both upserts find nothing, both
+        # insert, and one insert fails on the unique _id. MongoDB's advice is to
+        # retry: the document exists now, and the retry increments it.
+        counter = count_visit(name)
     return {"name": name, "count": counter["count"], "pid": os.getpid(),
             "pools": pool_classes()}

@@ -21,7 +21,7 @@ import os
 from collections.abc import Callable, Iterable
 from typing import Any, ClassVar
 
-from mongoengine import Document, IntField, StringField, connect, get_connection
+from mongoengine import Document, IntField, NotUniqueError, StringField, connect, get_connection
 
 from greenpool.pymongo import MongoClient
 
@@ -44,6 +44,17 @@ def pool_classes() -> list[str]:
     return sorted({type(server.pool).__name__ for server in servers})
 
 
+def count_visit(name: str) -> Visit:
+    """One more visit of ``name``, atomically; the updated document."""
+    try:
+        return Visit.objects(name=name).modify(upsert=True, new=True, inc__count=1)
+    except NotUniqueError:
+        # Two first visits of a name can race: both upserts find nothing, both
+        # insert, and one insert fails on the unique _id. MongoDB's advice is to
+        # retry: the document exists now, and the retry increments it.
+        return Visit.objects(name=name).modify(upsert=True, new=True, inc__count=1)
+
+
 def app(environ: dict[str, Any],
         start_response: Callable[[str, list[tuple[str, str]]], Any]) -> Iterable[bytes]:
     path = environ.get("PATH_INFO", "")
@@ -51,7 +62,7 @@ def app(environ: dict[str, Any],
         start_response("404 Not Found", [("Content-Type", "text/plain")])
         return [b"GET /visit/<name>\n"]
     name = path[len("/visit/"):]
-    visit = Visit.objects(name=name).modify(upsert=True, new=True, inc__count=1)
+    visit = count_visit(name)
     data = json.dumps({"name": name, "count": visit.count, "pid": os.getpid(),
                        "pools": pool_classes()}).encode()
     start_response("200 OK", [("Content-Type", "application/json"),
