@@ -426,7 +426,9 @@ class Client:
         selection = deadline.bound(self.topology.server_selection_timeout)
         self.topology.select(0 if self._closing else selection)
         with running(deadline):
-            conn = self.pool.checkout(deadline.bound(None))
+            # The CSOT spec: under timeoutMS the deprecated waitQueueTimeoutMS
+            # is ignored; the wait gets what is left of the selection's limit.
+            conn = self.pool.checkout(deadline.bound(None), replaces_wait_queue_timeout=True)
         conn.purpose = purpose
         return conn
 

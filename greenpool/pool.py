@@ -324,12 +324,15 @@ class Pool(Generic[T]):
 
     # -- checkout ---------------------------------------------------------------
 
-    def checkout(self, timeout: float | None = None) -> Connection[T]:
+    def checkout(self, timeout: float | None = None, *,
+                 replaces_wait_queue_timeout: bool = False) -> Connection[T]:
         """Check out a connection (use it as a context manager to check it in).
 
         Waits in FIFO order for an available connection or for room to
         create one. ``timeout`` (seconds) limits the wait for this call; the
-        wait also stops at waitQueueTimeoutMS, whichever comes first.
+        wait also stops at waitQueueTimeoutMS, whichever comes first, unless
+        ``replaces_wait_queue_timeout`` (an operation's timeoutMS: the CSOT
+        spec ignores the deprecated waitQueueTimeoutMS then).
 
         :raises PoolClosedError: the pool is closed.
         :raises PoolClearedError: the pool is paused, or was cleared while
@@ -362,11 +365,14 @@ class Pool(Generic[T]):
                 if conn is not None:
                     self._events.checkout_started()
                     return self._hand_out(conn, started)
-        return self._checkout(timeout)
+        return self._checkout(timeout, replaces_wait_queue_timeout)
 
-    def _checkout(self, timeout: float | None) -> Connection[T]:
+    def _checkout(self, timeout: float | None, replaces_wait_queue_timeout: bool = False,
+                  ) -> Connection[T]:
         started = _now()
         self._events.checkout_started()
+        if not replaces_wait_queue_timeout:
+            timeout = self._with_wait_queue_timeout(timeout)
         conn = self._wait_for_grant(started, timeout)
         if conn.state is ConnectionState.PENDING:
             self._establish_for_checkout(conn, started)
@@ -406,7 +412,7 @@ class Pool(Generic[T]):
             self._dispatch()
         try:
             self._events.flush()  # CheckOutStarted before blocking; may yield
-            conn = slot.wait(self._wait_timeout(started, timeout))
+            conn = slot.wait(None if timeout is None else timeout - (_now() - started))
         except WaitTimedOut:
             self._fail_checkout(started, self._timeout_error(started), _Failed.TIMEOUT)
         except (PoolClearedError, PoolClosedError) as error:
@@ -448,11 +454,12 @@ class Pool(Generic[T]):
             return PoolClearedError.not_ready(self.address)
         return PoolClearedError.cleared(self.address, self._clear_cause)
 
-    def _wait_timeout(self, started: float, timeout: float | None) -> float | None:
+    def _with_wait_queue_timeout(self, timeout: float | None) -> float | None:
+        """The wait's limit: ``timeout`` or waitQueueTimeoutMS, the shorter."""
         limit = self.options.wait_queue_timeout
         if limit is None or (timeout is not None and timeout < limit):
-            limit = timeout
-        return None if limit is None else limit - (_now() - started)
+            return timeout
+        return limit
 
     def _fail_checkout(
         self, started: float, error: BaseException, reason: str | None = None

@@ -319,6 +319,39 @@ def test_measured_a_checkout_wait_against_timeout_ms_200(
         assert client.stats().in_use == 0
 
 
+def test_timeout_ms_replaces_wait_queue_timeout_ms(mongodb_uri: str) -> None:
+    # The CSOT spec: with timeoutMS set, the deprecated waitQueueTimeoutMS is
+    # ignored, whether it is shorter or longer.
+    uri = with_options(mongodb_uri, maxPoolSize=1, waitQueueTimeoutMS=100, timeoutMS=600)
+    with Client(uri) as client:
+        client.command("admin", {"ping": 1})
+        held = client.pool.checkout()  # the only connection
+        try:
+            began = time.monotonic()
+            with pytest.raises(greenpool.WaitQueueTimeoutError):
+                client.command("admin", {"ping": 1})
+            shorter = time.monotonic() - began
+            began = time.monotonic()
+            with pytest.raises(greenpool.WaitQueueTimeoutError):
+                client.command("admin", {"ping": 1}, timeout=0.05)
+            longer = time.monotonic() - began
+        finally:
+            client.pool.checkin(held)
+        assert 0.55 <= shorter <= 0.6 * SLACK + 0.3, shorter
+        assert longer < 0.1 * SLACK + 0.2, longer
+    # Without timeoutMS, waitQueueTimeoutMS bounds the wait as before.
+    with Client(with_options(mongodb_uri, maxPoolSize=1, waitQueueTimeoutMS=100)) as client:
+        client.command("admin", {"ping": 1})
+        held = client.pool.checkout()
+        try:
+            began = time.monotonic()
+            with pytest.raises(greenpool.WaitQueueTimeoutError):
+                client.command("admin", {"ping": 1})
+            assert time.monotonic() - began < 0.1 * SLACK + 0.3
+        finally:
+            client.pool.checkin(held)
+
+
 def test_measured_a_slow_command_against_its_time_limit(
         mongodb_uri: str, app_name: str, events: AllEvents) -> None:
     """A command the server holds for 3 s, under timeoutMS=500: maxTimeMS
