@@ -16,7 +16,6 @@ file with the reason, and a test that needs one is skipped saying which.
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -24,15 +23,23 @@ from typing import Any
 from urllib.parse import urlencode
 
 import gevent
-from bson.int64 import Int64
 from pymongo import MongoClient
-from pymongo import monitoring as _m
-from pymongo.errors import ConnectionFailure, OperationFailure, PyMongoError
+from pymongo.errors import OperationFailure, PyMongoError
 
 import greenpool
 from greenpool.cursor import Cursor
 from greenpool.session import Session
+from tests import unified_match
 from tests.cmap_runner import SPEC_DIR
+from tests.unified_match import (
+    Recorder,
+    check_error,
+    check_events,
+    close_entities,
+    event_name,
+    match,
+    run_test,
+)
 
 CSOT_DIR = SPEC_DIR / "client-side-operations-timeout" / "tests"
 
@@ -49,136 +56,7 @@ class NotApplicable(Exception):
 
 def load_cases(file_name: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     """``(file, test)`` for every test of one file; none if the spec files are missing."""
-    path = CSOT_DIR / file_name
-    if not path.exists():
-        return []
-    spec = json.loads(path.read_text())
-    return [(spec, test) for test in spec["tests"]]
-
-
-# -- events ---------------------------------------------------------------------------------
-
-
-def _event_name(event: Any) -> str:
-    name = type(event).__name__
-    return name[0].lower() + name[1:]
-
-
-_COMMAND_EVENTS = (_m.CommandStartedEvent, _m.CommandSucceededEvent, _m.CommandFailedEvent)
-
-
-class Recorder(_m.CommandListener, _m.ConnectionPoolListener):
-    """The observed events of one client entity (configureFailPoint's dropped)."""
-
-    def __init__(self, observe: list[str], ignore: list[str]) -> None:
-        self.observe = set(observe)
-        self.ignore = set(ignore) | {"configureFailPoint"}
-        self.events: list[Any] = []
-        self.all_started: list[Any] = []
-
-    def _record(self, event: Any) -> None:
-        if isinstance(event, _COMMAND_EVENTS):
-            if event.command_name in self.ignore:
-                return
-            if isinstance(event, _m.CommandStartedEvent):
-                self.all_started.append(event)
-        if _event_name(event) in self.observe:
-            self.events.append(event)
-
-    started = succeeded = failed = _record
-    pool_created = pool_ready = pool_cleared = pool_closed = _record
-    connection_created = connection_ready = connection_closed = _record
-    connection_check_out_started = connection_check_out_failed = _record
-    connection_checked_out = connection_checked_in = _record
-
-    def of_family(self, family: str) -> list[Any]:
-        if family == "command":
-            return [e for e in self.events if isinstance(e, _COMMAND_EVENTS)]
-        return [e for e in self.events if not isinstance(e, _COMMAND_EVENTS)]
-
-
-# -- matching -------------------------------------------------------------------------------
-
-
-def _type_matches(name: str, value: Any) -> bool:
-    if name == "int":
-        return (isinstance(value, int) and not isinstance(value, (bool, Int64))
-                and -(2**31) <= value < 2**31)
-    if name == "long":
-        return isinstance(value, int) and not isinstance(value, bool)
-    raise AssertionError(f"$$type {name!r} is not supported by this runner")
-
-
-def match(expected: Any, actual: Any, path: str = "", *, root: bool = True) -> None:
-    """Assert ``actual`` matches ``expected`` (unified format rules: extra keys
-    only in root documents; ``$$type``, ``$$exists``, ``$$lte``)."""
-    if isinstance(expected, Mapping):
-        assert isinstance(actual, Mapping), f"{path}: expected a document, got {actual!r}"
-        for key, value in expected.items():
-            if isinstance(value, Mapping) and set(value) == {"$$exists"}:
-                assert (key in actual) is value["$$exists"], (
-                    f"{path}.{key}: $$exists {value['$$exists']} in {dict(actual)!r}")
-                continue
-            assert key in actual, f"{path}: no {key!r} in {dict(actual)!r}"
-            match_value(value, actual[key], f"{path}.{key}")
-        if not root:
-            extra = set(actual) - set(expected)
-            assert not extra, f"{path}: unexpected fields {sorted(extra)} in {dict(actual)!r}"
-        return
-    match_value(expected, actual, path)
-
-
-def match_value(expected: Any, actual: Any, path: str) -> None:
-    if isinstance(expected, Mapping) and set(expected) == {"$$type"}:
-        types = expected["$$type"]
-        types = [types] if isinstance(types, str) else types
-        assert any(_type_matches(t, actual) for t in types), (
-            f"{path}: {actual!r} is not of type {types}")
-    elif isinstance(expected, Mapping) and set(expected) == {"$$lte"}:
-        assert isinstance(actual, int) and actual <= expected["$$lte"], (
-            f"{path}: {actual!r} is not <= {expected['$$lte']}")
-    elif isinstance(expected, Mapping):
-        match(expected, actual, path, root=False)
-    elif isinstance(expected, list):
-        assert isinstance(actual, list) and len(actual) == len(expected), (
-            f"{path}: expected {expected!r}, got {actual!r}")
-        for i, (e, a) in enumerate(zip(expected, actual, strict=True)):
-            match_value(e, a, f"{path}[{i}]")
-    elif isinstance(expected, bool) or isinstance(actual, bool):
-        assert expected is actual, f"{path}: expected {expected!r}, got {actual!r}"
-    else:
-        assert expected == actual, f"{path}: expected {expected!r}, got {actual!r}"
-
-
-def match_event(expected: Mapping[str, Any], event: Any, index: int) -> None:
-    ((name, fields),) = expected.items()
-    where = f"event {index} ({_event_name(event)})"
-    assert _event_name(event) == name, f"{where}: expected {name}"
-    for key, value in fields.items():
-        if key == "command":
-            match(value, event.command, f"{where}.command")
-        elif key == "commandName":
-            assert event.command_name == value, f"{where}: commandName {event.command_name!r}"
-        elif key == "databaseName":
-            assert event.database_name == value, f"{where}: databaseName {event.database_name!r}"
-        else:
-            raise AssertionError(f"{where}: {key!r} is not supported by this runner")
-
-
-def check_error(expected: Mapping[str, Any], error: BaseException | None) -> None:
-    assert error is not None, f"expected an error ({expected}), the operation succeeded"
-    assert isinstance(error, PyMongoError), f"expected a PyMongoError, got {error!r}"
-    for key, value in expected.items():
-        if key == "isError":
-            continue
-        if key == "isTimeoutError":
-            assert error.timeout is value, f"isTimeoutError {value} but got {error!r}"
-        elif key == "isClientError":
-            is_client = not isinstance(error, OperationFailure) and (
-                isinstance(error, ConnectionFailure) or not getattr(error, "details", None))
-            assert is_client is value, f"isClientError {value} but got {error!r}"
-        else:
-            raise AssertionError(f"expectError.{key} is not supported by this runner")
+    return unified_match.load_cases(CSOT_DIR / file_name)
 
 
 # -- entities -------------------------------------------------------------------------------
@@ -218,16 +96,7 @@ class Runner:
 
     def run(self, spec: Mapping[str, Any], test: Mapping[str, Any]) -> None:
         gevent.sleep(max(0.0, _server_busy_until - time.monotonic()))
-        try:
-            self.initial_data(spec.get("initialData") or [])
-            for entity in spec.get("createEntities") or []:
-                self.create_entity(entity)
-            for operation in test["operations"]:
-                self.operation(operation)
-            for expected in test.get("expectEvents") or []:
-                self.check_events(expected)
-        finally:
-            self.close()
+        run_test(self, spec, test)
 
     # -- setup and teardown ---------------------------------------------------------------
 
@@ -300,14 +169,7 @@ class Runner:
     def close(self) -> None:
         for greenlets in self.threads.values():
             gevent.killall(greenlets)
-        for entity in self.entities.values():
-            if isinstance(entity, Cursor):
-                with contextlib.suppress(PyMongoError):
-                    entity.close()
-        for entity in self.entities.values():
-            if isinstance(entity, Session):
-                with contextlib.suppress(PyMongoError):
-                    entity.end()
+        close_entities(self.entities.values())
         for client in self.clients:
             client.close()
         if self.failpoints:
@@ -381,7 +243,7 @@ class Runner:
         deadline = time.monotonic() + 10
         recorder = self.recorders[client]
         while True:
-            seen = [e for e in recorder.events if _event_name(e) == name and all(
+            seen = [e for e in recorder.events if event_name(e) == name and all(
                 getattr(e, "command_name", None) == v for k, v in fields.items()
                 if k == "commandName")]
             if len(seen) >= count:
@@ -628,17 +490,7 @@ class Runner:
 
     def check_events(self, expected: Mapping[str, Any]) -> None:
         gevent.sleep(0)
-        family = expected.get("eventType", "command")
-        actual = self.recorders[expected["client"]].of_family(family)
-        wanted = expected["events"]
-        if expected.get("ignoreExtraEvents"):
-            actual = actual[:len(wanted)]
-        names = [_event_name(e) for e in actual]
-        assert len(actual) == len(wanted), (
-            f"{expected['client']} {family} events: expected "
-            f"{[next(iter(w)) for w in wanted]}, got {names}")
-        for index, (want, event) in enumerate(zip(wanted, actual, strict=True)):
-            match_event(want, event, index)
+        check_events(self.recorders[expected["client"]], expected)
 
 
 def _mode(mode: str | None) -> str | None:

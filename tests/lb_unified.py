@@ -7,23 +7,28 @@ on every backend by ``LBCluster.reset()``), exact event lists, ``$$type``.
 
 from __future__ import annotations
 
-import contextlib
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode
 
 import gevent
-from bson.int64 import Int64
-from pymongo import monitoring as _m
-from pymongo.errors import ConnectionFailure, OperationFailure, PyMongoError
+from pymongo.errors import PyMongoError
 
 import greenpool
 from greenpool.cursor import Cursor
 from greenpool.session import Session
+from tests import unified_match
 from tests.cmap_runner import SPEC_DIR
 from tests.lb_proxy import LBCluster
+from tests.unified_match import (
+    Recorder,
+    check_error,
+    check_events,
+    close_entities,
+    match,
+    run_test,
+)
 
 LB_DIR = SPEC_DIR / "load-balancers" / "tests"
 # Short timeouts so that a regression fails instead of hanging.
@@ -33,12 +38,8 @@ CLIENT_TIMEOUTS = {"serverSelectionTimeoutMS": 5000, "connectTimeoutMS": 5000,
 
 def load_cases() -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
     """``(file stem, file, test)`` for every test of every JSON file."""
-    cases = []
-    for path in sorted(LB_DIR.glob("*.json")):
-        spec = json.loads(path.read_text())
-        for test in spec["tests"]:
-            cases.append((path.stem, spec, test))
-    return cases
+    return [(path.stem, spec, test) for path in sorted(LB_DIR.glob("*.json"))
+            for spec, test in unified_match.load_cases(path)]
 
 
 def skip_reason(test: Mapping[str, Any]) -> str | None:
@@ -51,155 +52,6 @@ def skip_reason(test: Mapping[str, Any]) -> str | None:
                     "test_load_balancers_sdam_error_handling_errors_during_authentication_"
                     "are_processed")
     return None
-
-
-# -- events -------------------------------------------------------------------------------
-
-
-def _event_name(event: Any) -> str:
-    name = type(event).__name__
-    return name[0].lower() + name[1:]
-
-
-class Recorder(_m.CommandListener, _m.ConnectionPoolListener):
-    """Records the observed events of one client entity; counts checked-out connections
-    whatever is observed. configureFailPoint command events are dropped."""
-
-    def __init__(self, observe: list[str]) -> None:
-        self.observe = set(observe)
-        self.events: list[Any] = []
-        self.checked_out = 0
-        self.started_commands: list[Mapping[str, Any]] = []
-
-    def _record(self, event: Any) -> None:
-        if isinstance(event, _m.ConnectionCheckedOutEvent):
-            self.checked_out += 1
-        elif isinstance(event, _m.ConnectionCheckedInEvent):
-            self.checked_out -= 1
-        if isinstance(event, (_m.CommandStartedEvent, _m.CommandSucceededEvent,
-                              _m.CommandFailedEvent)):
-            if event.command_name == "configureFailPoint":
-                return
-            if isinstance(event, _m.CommandStartedEvent):
-                self.started_commands.append(event.command)
-        if _event_name(event) in self.observe:
-            self.events.append(event)
-
-    started = succeeded = failed = _record
-    pool_created = pool_ready = pool_cleared = pool_closed = _record
-    connection_created = connection_ready = connection_closed = _record
-    connection_check_out_started = connection_check_out_failed = _record
-    connection_checked_out = connection_checked_in = _record
-
-    def of_family(self, family: str) -> list[Any]:
-        command = (_m.CommandStartedEvent, _m.CommandSucceededEvent, _m.CommandFailedEvent)
-        if family == "command":
-            return [e for e in self.events if isinstance(e, command)]
-        return [e for e in self.events if not isinstance(e, command)]
-
-
-# -- matching -----------------------------------------------------------------------------
-
-
-def _type_matches(name: str, value: Any) -> bool:
-    if name == "array":
-        return isinstance(value, list)
-    if name == "string":
-        return isinstance(value, str)
-    if name == "int":
-        return (isinstance(value, int) and not isinstance(value, (bool, Int64))
-                and -(2**31) <= value < 2**31)
-    if name == "long":
-        return isinstance(value, int) and not isinstance(value, bool)
-    if name == "double":
-        return isinstance(value, float)
-    if name == "bool":
-        return isinstance(value, bool)
-    raise AssertionError(f"$$type {name!r} is not supported by this runner")
-
-
-def match(expected: Any, actual: Any, path: str = "", *, root: bool = True) -> None:
-    """Assert that ``actual`` matches ``expected`` (unified format rules: extra keys only in
-    the root document; ``$$type``; ``$$exists``; numbers by value)."""
-    if isinstance(expected, Mapping):
-        if set(expected) == {"$$type"}:
-            types = expected["$$type"]
-            types = [types] if isinstance(types, str) else types
-            assert any(_type_matches(t, actual) for t in types), (
-                f"{path or 'value'}: {actual!r} is not of type {types}")
-            return
-        assert isinstance(actual, Mapping), f"{path}: expected a document, got {actual!r}"
-        for key, value in expected.items():
-            if isinstance(value, Mapping) and set(value) == {"$$exists"}:
-                assert (key in actual) is value["$$exists"], (
-                    f"{path}: {key!r} should {'' if value['$$exists'] else 'not '}exist in "
-                    f"{dict(actual)!r}")
-                continue
-            assert key in actual, f"{path}: no {key!r} in {dict(actual)!r}"
-            match(value, actual[key], f"{path}.{key}", root=False)
-        if not root:
-            extra = set(actual) - set(expected)
-            assert not extra, f"{path}: unexpected fields {sorted(extra)} in {dict(actual)!r}"
-        return
-    if isinstance(expected, list):
-        assert isinstance(actual, list) and len(actual) == len(expected), (
-            f"{path}: expected {expected!r}, got {actual!r}")
-        for i, (e, a) in enumerate(zip(expected, actual, strict=True)):
-            match(e, a, f"{path}[{i}]", root=False)
-        return
-    if isinstance(expected, bool) or isinstance(actual, bool):
-        assert expected is actual, f"{path}: expected {expected!r}, got {actual!r}"
-        return
-    assert expected == actual, f"{path}: expected {expected!r}, got {actual!r}"
-
-
-def match_event(expected: Mapping[str, Any], event: Any, index: int) -> None:
-    ((name, fields),) = expected.items()
-    where = f"event {index} ({_event_name(event)})"
-    assert _event_name(event) == name, f"{where}: expected {name}"
-    for key, value in fields.items():
-        if key == "command":
-            match(value, event.command, f"{where}.command")
-        elif key == "reply":
-            match(value, event.reply, f"{where}.reply")
-        elif key == "commandName":
-            assert event.command_name == value, f"{where}: commandName {event.command_name!r}"
-        elif key == "databaseName":
-            assert event.database_name == value, f"{where}: databaseName {event.database_name!r}"
-        elif key == "hasServiceId":
-            assert (event.service_id is not None) is value, (
-                f"{where}: serviceId {event.service_id!r}")
-        elif key == "reason":
-            assert event.reason == value, f"{where}: reason {event.reason!r}, expected {value!r}"
-        else:
-            raise AssertionError(f"{where}: {key!r} is not supported by this runner")
-
-
-def check_error(expected: Mapping[str, Any], error: BaseException | None) -> None:
-    assert error is not None, f"expected an error ({expected}), the operation succeeded"
-    assert isinstance(error, PyMongoError), f"expected a PyMongoError, got {error!r}"
-    for key, value in expected.items():
-        if key == "isError":
-            continue
-        if key == "isClientError":
-            is_client = not isinstance(error, OperationFailure) and (
-                isinstance(error, ConnectionFailure) or not getattr(error, "details", None))
-            assert is_client is value, f"isClientError {value} but got {error!r}"
-        elif key == "errorCode":
-            code = getattr(error, "code", None)
-            if code is None:
-                code = (getattr(error, "details", None) or {}).get("code")
-            assert code == value, f"errorCode {value} but got {code!r}: {error!r}"
-        elif key == "errorContains":
-            assert value.lower() in str(error).lower(), f"{value!r} not in {str(error)!r}"
-        elif key == "errorLabelsContain":
-            for label in value:
-                assert error.has_error_label(label), f"no label {label} on {error!r}"
-        elif key == "errorLabelsOmit":
-            for label in value:
-                assert not error.has_error_label(label), f"label {label} on {error!r}"
-        else:
-            raise AssertionError(f"expectError.{key} is not supported by this runner")
 
 
 # -- the runner ---------------------------------------------------------------------------
@@ -216,16 +68,7 @@ class Runner:
     clients: list[greenpool.Client] = field(default_factory=list)
 
     def run(self, spec: Mapping[str, Any], test: Mapping[str, Any]) -> None:
-        try:
-            self.initial_data(spec.get("initialData") or [])
-            for entity in spec.get("createEntities") or []:
-                self.create_entity(entity)
-            for operation in test["operations"]:
-                self.operation(operation)
-            for expected in test.get("expectEvents") or []:
-                self.check_events(expected)
-        finally:
-            self.close()
+        run_test(self, spec, test)
 
     # -- setup and teardown ---------------------------------------------------------------
 
@@ -280,14 +123,7 @@ class Runner:
             raise AssertionError(f"entity type {kind!r} is not supported by this runner")
 
     def close(self) -> None:
-        for entity in self.entities.values():
-            if isinstance(entity, Cursor):
-                with contextlib.suppress(PyMongoError):
-                    entity.close()
-        for entity in self.entities.values():
-            if isinstance(entity, Session):
-                with contextlib.suppress(PyMongoError):
-                    entity.end()
+        close_entities(self.entities.values())
         for client in self.clients:
             client.close()
 
@@ -417,14 +253,4 @@ class Runner:
 
     def check_events(self, expected: Mapping[str, Any]) -> None:
         gevent.sleep(0)
-        family = expected.get("eventType", "command")
-        actual = self.recorders[expected["client"]].of_family(family)
-        wanted = expected["events"]
-        if expected.get("ignoreExtraEvents"):
-            actual = actual[:len(wanted)]
-        names = [_event_name(e) for e in actual]
-        assert len(actual) == len(wanted), (
-            f"{expected['client']} {family} events: expected "
-            f"{[next(iter(w)) for w in wanted]}, got {names}")
-        for index, (want, event) in enumerate(zip(wanted, actual, strict=True)):
-            match_event(want, event, index)
+        check_events(self.recorders[expected["client"]], expected)

@@ -21,11 +21,9 @@ straight to the server (not a greenpool client, whose pool would log too).
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
@@ -36,7 +34,7 @@ from pymongo import monitoring as _m
 from pymongo.errors import PyMongoError
 
 import greenpool
-from tests.lb_unified import check_error, match
+from tests.unified_match import check_error, event_name, match
 
 COMPONENTS = {"connection": "greenpool.connection", "topology": "greenpool.topology"}
 LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "notice": logging.INFO,
@@ -44,19 +42,6 @@ LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "notice": logging.INFO,
 # Short timeouts so that a regression fails instead of hanging.
 CLIENT_TIMEOUTS = {"serverSelectionTimeoutMS": 5000, "connectTimeoutMS": 5000,
                    "socketTimeoutMS": 10000}
-
-
-def load_cases(path: Path) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-    """``(file, test)`` for every test of one file; none if the file is missing."""
-    if not path.exists():
-        return []
-    spec = json.loads(path.read_text())
-    return [(spec, test) for test in spec["tests"]]
-
-
-def _event_name(event: Any) -> str:
-    name = type(event).__name__
-    return name[0].lower() + name[1:]
 
 
 class EventWaiter(_m.ConnectionPoolListener, _m.TopologyListener, _m.ServerListener):
@@ -68,7 +53,7 @@ class EventWaiter(_m.ConnectionPoolListener, _m.TopologyListener, _m.ServerListe
         self._changed = gevent.event.Event()
 
     def _record(self, event: Any) -> None:
-        name = _event_name(event)
+        name = event_name(event)
         if name in self.observe:
             self.names.append(name)
             self._changed.set()

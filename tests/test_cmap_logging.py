@@ -23,8 +23,9 @@ from greenpool.options import CMAP_OPTIONS, SPEC_NAMES
 from greenpool.uri import parse_uri
 from tests.cmap_runner import SPEC_DIR
 from tests.events import AllEvents
-from tests.logging_unified import LoggingRunner, load_cases
+from tests.logging_unified import LoggingRunner
 from tests.servers import ADMIN, AuthServer, ServerProcess, User
+from tests.unified_match import load_cases
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -23,7 +23,7 @@ from greenpool import (
 )
 from tests.cmap_runner import EVENT_TYPES, Recorder
 from tests.mock import MockConnector
-from tests.turns import take_turns
+from tests.turns import assert_fair_turns
 
 ADDRESS = ("db.test", 27017)
 
@@ -152,14 +152,7 @@ def test_greenlets_spawned_together_take_turns_when_nothing_blocks(listening: bo
     first, second = pool.checkout(), pool.checkout()
     pool.checkin(first)
     pool.checkin(second)
-
-    def turn() -> None:
-        with pool.checkout():
-            pass
-
-    result = take_turns(turn, greenlets=20, turns=10)
-    assert result["longest_run"] <= 2, result["order"]
-    assert result["turns_before_everyone_started"] < 40, result["order"]
+    assert_fair_turns(pool)
     pool.close()
 
 

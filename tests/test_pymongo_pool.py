@@ -37,7 +37,7 @@ from tests.pymongo_support import (
     hold,
     make_pool,
 )
-from tests.turns import take_turns
+from tests.turns import assert_fair_turns
 from tests.yield_points import YieldPoints as BaseYieldPoints
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -206,14 +206,7 @@ def test_greenlets_spawned_together_take_turns_when_nothing_blocks(
     first, second = hold(pool), hold(pool)
     pool.checkin(first)
     pool.checkin(second)
-
-    def turn() -> None:
-        with pool.checkout():
-            pass
-
-    result = take_turns(turn, greenlets=20, turns=10)
-    assert result["longest_run"] <= 2, result["order"]
-    assert result["turns_before_everyone_started"] < 40, result["order"]
+    assert_fair_turns(pool)
     assert counters(pool) == IDLE
     pool.close()
 

@@ -18,7 +18,8 @@ from greenpool import Client
 from tests.cmap_runner import SPEC_DIR
 from tests.failpoints import failpoint
 from tests.lb_proxy import LBCluster
-from tests.logging_unified import LoggingRunner, load_cases
+from tests.logging_unified import LoggingRunner
+from tests.unified_match import load_cases
 
 pytestmark = pytest.mark.timeout(60)
 

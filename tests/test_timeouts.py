@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import gevent
@@ -50,6 +50,17 @@ def unique(prefix: str) -> str:
 def fail(app_name: str, commands: list[str], **data: Any) -> dict[str, Any]:
     return {"configureFailPoint": "failCommand", "mode": {"times": 1},
             "data": {"failCommands": commands, "appName": app_name, **data}}
+
+
+def timed_out_after(operation: Callable[[], Any]) -> float:
+    """Run ``operation``, which must fail with a timeout NetworkTimeout; the seconds it
+    took."""
+    began = time.monotonic()
+    with pytest.raises(NetworkTimeout) as timed_out:
+        operation()
+    elapsed = time.monotonic() - began
+    assert timed_out.value.timeout
+    return elapsed
 
 
 def started(events: AllEvents, name: str) -> list[dict[str, Any]]:
@@ -145,12 +156,8 @@ def test_measured_a_never_answering_server_against_timeout_ms_1000() -> None:
         uri = f"mongodb://{host}:{port}/?directConnection=true&timeoutMS=1000"
         with Client(uri) as client:
             client.topology.select()  # the monitor has seen the server
-            began = time.monotonic()
-            with pytest.raises(NetworkTimeout) as timed_out:
-                client.command("admin", {"ping": 1})
-            elapsed = time.monotonic() - began
+            elapsed = timed_out_after(lambda: client.command("admin", {"ping": 1}))
             print(f"\nnever-answering server, timeoutMS=1000: ended after {elapsed:.3f} s")
-            assert timed_out.value.timeout
             assert 0.9 <= elapsed <= 1.0 * SLACK
             ping = next(r.command for r in server.requests if r.name == "ping")
             assert 0 < ping["maxTimeMS"] <= 1000
@@ -236,11 +243,7 @@ def test_establishment_is_bounded_by_the_operations_time_left() -> None:
         uri = f"mongodb://127.0.0.1:{port}/?loadBalanced=true&connectTimeoutMS=20000"
         events = AllEvents()
         with Client(uri, event_listeners=[events]) as client:
-            began = time.monotonic()
-            with pytest.raises(NetworkTimeout) as timed_out:
-                client.command("admin", {"ping": 1}, timeout=0.3)
-            elapsed = time.monotonic() - began
-            assert timed_out.value.timeout
+            elapsed = timed_out_after(lambda: client.command("admin", {"ping": 1}, timeout=0.3))
             assert 0.25 <= elapsed <= 0.3 * SLACK + 0.5
             failed = events.of(_m.ConnectionCheckOutFailedEvent)
             assert [e.reason for e in failed] == ["connectionError"]
@@ -363,12 +366,8 @@ def test_measured_a_slow_command_against_its_time_limit(
         generation = client.stats().generation
         with failpoint(mongodb_uri, fail(app_name, ["ping"], blockConnection=True,
                                          blockTimeMS=3000)):
-            began = time.monotonic()
-            with pytest.raises(NetworkTimeout) as timed_out:
-                client.command("admin", {"ping": 1})
-            elapsed = time.monotonic() - began
+            elapsed = timed_out_after(lambda: client.command("admin", {"ping": 1}))
         print(f"\nslow command (blocked 3 s), timeoutMS=500: ended after {elapsed:.3f} s")
-        assert timed_out.value.timeout
         assert 0.45 <= elapsed <= 0.5 * SLACK
         assert all(0 < c["maxTimeMS"] <= 500 for c in started(events, "ping"))
         stats = client.stats()
@@ -453,11 +452,7 @@ def test_with_transaction_is_bounded_and_refuses_a_timeout_inside(
             with failpoint(replset_uri, {**fail(app_name, ["insert"], blockConnection=True,
                                                 blockTimeMS=300),
                                          "mode": {"times": 2}}):
-                began = time.monotonic()
-                with pytest.raises(NetworkTimeout) as timed_out:
-                    session.with_transaction(insert_twice)
-                elapsed = time.monotonic() - began
-        assert timed_out.value.timeout
+                elapsed = timed_out_after(lambda: session.with_transaction(insert_twice))
         assert elapsed <= 0.5 * SLACK + 0.5
         inserts = started(events, "insert")
         assert len(inserts) == 2 and all(0 < c["maxTimeMS"] <= 500 for c in inserts)

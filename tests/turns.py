@@ -49,3 +49,17 @@ def take_turns(operation: Callable[[], Any], greenlets: int, turns: int) -> dict
         "longest_run": longest_run(order),
         "turns_before_everyone_started": max(order.index(n) for n in range(greenlets)),
     }
+
+
+def assert_fair_turns(pool: Any) -> None:
+    """20 greenlets spawned together, each checking a connection out of ``pool`` and in
+    again 10 times (connections that never block): nobody takes more than two turns in a
+    row, and everybody has had one within the first 40."""
+
+    def turn() -> None:
+        with pool.checkout():
+            pass
+
+    result = take_turns(turn, greenlets=20, turns=10)
+    assert result["longest_run"] <= 2, result["order"]
+    assert result["turns_before_everyone_started"] < 40, result["order"]
