@@ -70,6 +70,23 @@ def test_report_refuses_a_run_where_nothing_passed_or_greenpool_did_not_load() -
     assert "rs: test_x.py (greenpool): not run: UnsupportedPyMongoVersion('4.8.0')" in breaks
 
 
+def test_suite_requirements_come_from_the_sdist_with_caps_for_old_suites(
+        tmp_path: Path) -> None:
+    (tmp_path / "requirements").mkdir()
+    (tmp_path / "requirements" / "test.txt").write_text(
+        "# what the tests need\npytest>=8.2\n\npytest-asyncio>=0.24.0  # async tests\n")
+    new = pymongo_suite.suite_requirements("4.20.0", tmp_path)
+    assert new[:2] == ["pytest>=8.2", "pytest-asyncio>=0.24.0"]
+    assert not any("<" in requirement for requirement in new)
+    assert set(pymongo_suite.SUITE_REQUIREMENTS) <= set(new)
+    old = pymongo_suite.suite_requirements("4.9.2", tmp_path)
+    assert {"pytest<8.4", "pytest-asyncio<0.25"} <= set(old)
+    (tmp_path / "requirements" / "test.txt").unlink()  # an sdist without the file
+    assert pymongo_suite.suite_requirements("4.10.0rc1", tmp_path)[:2] == list(
+        pymongo_suite.TEST_REQUIREMENTS_FALLBACK)
+    assert pymongo_suite.version_key("4.10.0rc1") == (4, 10, 0)
+
+
 @pytest.mark.parametrize(("option", "value", "named"), [
     ("--modes", "rs,sharded", "'sharded'"),
     ("--test-timeout", "0", "0.0"),

@@ -6,7 +6,8 @@
 1. Fetches the ``test/`` folder of PyMongo ``VERSION`` (default: the one in
    ``.venv``) from its sdist on PyPI (``pip download --no-binary :all:``) into
    ``.cache/pymongo-suite/VERSION/`` (git-ignored; never part of this repository).
-2. Installs that PyMongo, gevent and what its tests need into the cached venv
+2. Installs that PyMongo, gevent and what its tests need (the sdist's
+   ``requirements/test.txt``, capped per TOOLING_CAPS for old suites) into the cached venv
    ``.venv-pymongo-suite-VERSION``; greenpool comes from this checkout (PYTHONPATH).
 3. Per topology mode, starts SecantusDB on free ports of 127.0.0.1: ``rs`` (a one-node
    replica set: transactions), ``single`` (a standalone), ``lb`` (a standalone behind
@@ -49,10 +50,22 @@ ROOT = Path(__file__).resolve().parents[1]
 CACHE = ROOT / ".cache" / "pymongo-suite"
 MODES = ("rs", "single", "lb")
 ROUTES = ("stock", "greenpool")
-# What PyMongo's tests need besides pytest (its requirements/test.txt), plus greenpool's
+# The venv gets what the sdist's own requirements/test.txt declares (pytest,
+# pytest-asyncio, ...), or TEST_REQUIREMENTS_FALLBACK where it has none, plus greenpool's
 # own dependencies (greenpool itself is imported from this checkout) and the per-test bound.
-SUITE_REQUIREMENTS = ("pytest>=8.2", "pytest-asyncio>=0.24", "pytest-timeout>=2.3",
-                      "gevent>=24.2", "dnspython>=2.6")
+TEST_REQUIREMENTS = "requirements/test.txt"
+TEST_REQUIREMENTS_FALLBACK = ("pytest>=8.2", "pytest-asyncio>=0.24")
+SUITE_REQUIREMENTS = ("pytest-timeout>=2.3", "gevent>=24.2", "dnspython>=2.6")
+# requirements/test.txt gives lower bounds only, and a suite meets test tooling released
+# long after it. Up to (not including) each PyMongo version here, its suite gets these
+# caps too: the tooling of its release. PyMongo 4.9's conftest.py (a session-scoped
+# event_loop_policy fixture with asyncio_default_fixture_loop_scope = "session") fails
+# every module at setup under pytest 8.4+ / pytest-asyncio 0.25+ ("assert not
+# self._finalizers" in _pytest/fixtures.py); it passes with pytest 8.3 and
+# pytest-asyncio 0.24, current at its release (October 2024). 4.19 and 4.20 need no caps.
+TOOLING_CAPS: tuple[tuple[tuple[int, ...], tuple[str, ...]], ...] = (
+    ((4, 10), ("pytest<8.4", "pytest-asyncio<0.25")),
+)
 # PyMongo's default selection (pyproject.toml: "-m default or default_async"), without
 # the junit file it writes; the asynchronous tests are not run (gevent programs use the
 # synchronous client).
@@ -70,10 +83,11 @@ def run(*args: str | Path, **kwargs: Any) -> None:
 
 
 def fetch_tests(version: str) -> Path:
-    """``.cache/pymongo-suite/VERSION`` holding the sdist's ``test/`` and ``pyproject.toml``
-    (PyMongo's pytest configuration), downloaded once."""
+    """``.cache/pymongo-suite/VERSION`` holding the sdist's ``test/``, ``pyproject.toml``
+    (PyMongo's pytest configuration) and ``requirements/test.txt`` (what its tests need),
+    downloaded once."""
     where = CACHE / version
-    if (where / ".complete").exists():
+    if (where / ".complete").exists() and (where / ".complete").read_text() == f"{version} 2":
         return where
     with tempfile.TemporaryDirectory(prefix="pymongo-sdist-") as scratch:
         run(sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
@@ -86,28 +100,57 @@ def fetch_tests(version: str) -> Path:
         with tarfile.open(archives[0]) as archive:
             top = f"pymongo-{version}/"
             members = [m for m in archive.getmembers()
-                       if m.name.startswith(top + "test/") or m.name == top + "pyproject.toml"]
+                       if m.name.startswith(top + "test/")
+                       or m.name in (top + "pyproject.toml", top + TEST_REQUIREMENTS)]
             if not any(m.name.startswith(top + "test/") for m in members):
                 sys.exit(f"{archives[0].name} has no {top}test/ folder")
             for member in members:
                 member.name = member.name[len(top):]
             archive.extractall(where, members=members, filter="data")
-    (where / ".complete").write_text(version)
+    (where / ".complete").write_text(f"{version} 2")  # 2: with requirements/test.txt
     return where
 
 
-def suite_python(version: str) -> Path:
-    """The python of ``.venv-pymongo-suite-VERSION``, created and filled once."""
+def version_key(version: str) -> tuple[int, ...]:
+    """``4.9.2`` -> ``(4, 9, 2)``; a pre-release suffix is ignored (``4.10.0rc1``)."""
+    key = []
+    for part in version.split("."):
+        digits = "".join(itertools.takewhile(str.isdigit, part))
+        if not digits:
+            break
+        key.append(int(digits))
+    return tuple(key)
+
+
+def suite_requirements(version: str, tests: Path) -> list[str]:
+    """What PyMongo ``version``'s suite needs: its sdist's requirements/test.txt (else
+    TEST_REQUIREMENTS_FALLBACK), the TOOLING_CAPS that apply to it, SUITE_REQUIREMENTS."""
+    declared = tests / TEST_REQUIREMENTS
+    if declared.exists():
+        wanted = [line.split("#", 1)[0].strip() for line in declared.read_text().splitlines()]
+        wanted = [line for line in wanted if line and not line.startswith("-")]
+    else:
+        wanted = list(TEST_REQUIREMENTS_FALLBACK)
+    for below, caps in TOOLING_CAPS:
+        if version_key(version) < below:
+            wanted.extend(caps)
+    return [*wanted, *SUITE_REQUIREMENTS]
+
+
+def suite_python(version: str, tests: Path) -> Path:
+    """The python of ``.venv-pymongo-suite-VERSION``, created and filled once (again when
+    what it should hold changed: pip then moves the tooling to what is wanted)."""
     where = ROOT / f".venv-pymongo-suite-{version}"
     python = where / "bin" / "python"
     stamp = where / ".suite-installed"
-    wanted = " ".join((f"pymongo=={version}", *SUITE_REQUIREMENTS))
+    requirements = [f"pymongo=={version}", *suite_requirements(version, tests)]
+    wanted = " ".join(requirements)
     if stamp.exists() and stamp.read_text() == wanted:
         return python
     if not python.exists():
         print(f"creating {where}", flush=True)
         venv.EnvBuilder(with_pip=True).create(where)
-    run(python, "-m", "pip", "install", "--quiet", f"pymongo=={version}", *SUITE_REQUIREMENTS)
+    run(python, "-m", "pip", "install", "--quiet", *requirements)
     stamp.write_text(wanted)
     return python
 
@@ -545,7 +588,7 @@ def main() -> int:
     for module in modules:
         if module not in available:
             parser.error(f"--modules: PyMongo {version} has no test/{module}")
-    python = suite_python(version)
+    python = suite_python(version, tests)
     # One folder per run: two runs at once (the test command's and a full one) never
     # share a file.
     (CACHE / "runs").mkdir(parents=True, exist_ok=True)
