@@ -467,9 +467,6 @@ class GreenPool(Pool):
     ) -> None:
         if self.pid != os.getpid():
             self._gp_start_over()
-        pauses = close or (self.opts.pause_enabled and pause and not self.opts.load_balanced)
-        if pauses and not self.closed:
-            self._gp_fail_waiters()  # before the stock reset can yield
         try:
             super()._reset(close, pause=pause, service_id=service_id,
                            interrupt_connections=interrupt_connections)

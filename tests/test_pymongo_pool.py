@@ -252,6 +252,11 @@ def test_clear_fails_every_waiter_once_with_a_retryable_error(network: FakeNetwo
         ["db.test:27017: connection pool paused"] * 3)
     failed = [e for e in recorder.events if isinstance(e, monitoring.ConnectionCheckOutFailedEvent)]
     assert [e.reason for e in failed] == ["connectionError"] * 3
+    # The clear is announced before any waiter reports its failure, on every
+    # release (PyMongo's test_pool_paused_error_is_retryable counts on it).
+    watched = (monitoring.PoolClearedEvent, monitoring.ConnectionCheckOutFailedEvent)
+    kinds = [type(e).__name__ for e in recorder.events if isinstance(e, watched)]
+    assert kinds == ["PoolClearedEvent"] + ["ConnectionCheckOutFailedEvent"] * 3
     pool.checkin(holder)  # stale now: closed, not reused
     assert counters(pool) == IDLE and not pool.conns and network.open_count == 0
 
