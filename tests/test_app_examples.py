@@ -10,16 +10,8 @@ doubled update).
 
 from __future__ import annotations
 
-import contextlib
-import http.client
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +20,7 @@ import gevent.pool
 import pytest
 from pymongo import MongoClient
 
-from tests.servers import free_port
+from tests.gunicorn_run import gunicorn, http_get
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 WORKERS = 2
@@ -37,57 +29,6 @@ REQUESTS = 300
 CONCURRENCY = 30
 
 pytest.importorskip("gunicorn")
-
-
-def get(port: int, path: str, timeout: float = 10.0) -> tuple[int, bytes]:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    try:
-        conn.request("GET", path, headers={"Connection": "close"})
-        response = conn.getresponse()
-        return response.status, response.read()
-    finally:
-        conn.close()
-
-
-@contextlib.contextmanager
-def gunicorn(example: Path, env: dict[str, str], log: Path) -> Iterator[int]:
-    """Boot the example's gunicorn on a free port; stop exactly its process group after."""
-    port = free_port()
-    env = dict(os.environ, **env, PORT=str(port), WORKERS=str(WORKERS),
-               PYTHONPATH=os.pathsep.join([str(EXAMPLES.parent),
-                                           os.environ.get("PYTHONPATH", "")]))
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py", "app:app"],
-            cwd=example, env=env, stdin=subprocess.DEVNULL, stdout=out,
-            stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 60
-        while log.read_text().count("Booting worker") < WORKERS:
-            assert process.poll() is None, log.read_text()
-            assert time.monotonic() < deadline, f"gunicorn did not boot:\n{log.read_text()}"
-            time.sleep(0.1)
-        while True:
-            assert process.poll() is None, log.read_text()
-            with contextlib.suppress(OSError):
-                get(port, "/", timeout=2)
-                break
-            assert time.monotonic() < deadline, f"gunicorn did not answer:\n{log.read_text()}"
-            time.sleep(0.1)
-        yield port
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(15)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-        gevent.sleep(0.2)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, 0)
-            pytest.fail(f"gunicorn's process group {process.pid} survived")
 
 
 @pytest.mark.timeout(180)
@@ -100,13 +41,14 @@ def test_app_example_under_gunicorn_gevent_workers(
     database = f"example_{example}"
     base, _, options = mongodb_uri.partition("?")
     uri = f"{base.rstrip('/')}/{database}" + (f"?{options}" if options else "")
-    with gunicorn(EXAMPLES / example, {uri_variable: uri}, tmp_path / "gunicorn.log") as port:
+    with gunicorn(EXAMPLES / example, {uri_variable: uri}, tmp_path / "gunicorn.log",
+                  workers=WORKERS, boot_timeout=60) as port:
         replies: list[dict[str, Any]] = []
         failures: list[str] = []
 
         def one(index: int) -> None:
             try:
-                status, body = get(port, f"/visit/{NAMES[index % len(NAMES)]}")
+                status, body = http_get(port, f"/visit/{NAMES[index % len(NAMES)]}")
             except Exception as error:  # counted, and shown if any
                 failures.append(repr(error))
                 return

@@ -9,16 +9,9 @@ two processes, and no worker may use the master's connection.
 
 from __future__ import annotations
 
-import contextlib
-import http.client
 import json
-import os
-import signal
-import subprocess
-import sys
 import time
 from collections import defaultdict
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +19,7 @@ import gevent
 import gevent.pool
 import pytest
 
-from tests.servers import free_port
+from tests.gunicorn_run import gunicorn, http_get
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "gunicorn"
 WORKERS = 4
@@ -36,63 +29,17 @@ CONCURRENCY = 50
 pytest.importorskip("gunicorn")
 
 
-def get(port: int, timeout: float = 10.0) -> tuple[int, dict[str, Any]]:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    try:
-        conn.request("GET", "/", headers={"Connection": "close"})
-        response = conn.getresponse()
-        return response.status, json.loads(response.read())
-    finally:
-        conn.close()
-
-
-@contextlib.contextmanager
-def gunicorn(uri: str, log: Path) -> Iterator[int]:
-    """Boot gunicorn on a free port; stop exactly its process group afterwards."""
-    port = free_port()
-    env = dict(os.environ, MONGODB_URI=uri, PORT=str(port),
-               PYTHONPATH=os.pathsep.join([str(EXAMPLE.parents[1]),
-                                           os.environ.get("PYTHONPATH", "")]))
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py", "app:app"],
-            cwd=EXAMPLE, env=env, stdin=subprocess.DEVNULL, stdout=out,
-            stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            assert process.poll() is None, log.read_text()
-            with contextlib.suppress(OSError):
-                if get(port, timeout=2)[0] == 200:
-                    break
-            assert time.monotonic() < deadline, f"gunicorn did not answer:\n{log.read_text()}"
-            time.sleep(0.1)
-        # Every worker booted (they answer as soon as they are up).
-        while log.read_text().count("Booting worker") < WORKERS:
-            assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.1)
-        yield port
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(15)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-        # The workers are in the same group; none may outlive the master.
-        gevent.sleep(0.2)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, 0)
-            pytest.fail(f"gunicorn's process group {process.pid} survived")
+def get(port: int) -> tuple[int, dict[str, Any]]:
+    status, body = http_get(port)
+    return status, json.loads(body)
 
 
 @pytest.mark.timeout(120)
 def test_gunicorn_preload_gevent_workers(mongodb_uri: str, tmp_path: Path) -> None:
     separator = "&" if "?" in mongodb_uri else ("?" if mongodb_uri.endswith("/") else "/?")
     uri = f"{mongodb_uri}{separator}maxPoolSize=10"
-    with gunicorn(uri, tmp_path / "gunicorn.log") as port:
+    with gunicorn(EXAMPLE, {"MONGODB_URI": uri}, tmp_path / "gunicorn.log",
+                  workers=WORKERS, boot_timeout=30, ready_status=200) as port:
         replies: list[dict[str, Any]] = []
         failures: list[str] = []
 
