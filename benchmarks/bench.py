@@ -4,14 +4,14 @@
 
 The plot goes to ``--png``, by default ``benchmarks/results/bench-waits.png`` (ignored by git).
 
-Starts its own SecantusDB on 127.0.0.1 (:class:`greenpool.embedded.EmbeddedServer`)
+Starts its own SecantusDB on 127.0.0.1 (:class:`greenpool.tools.embedded.EmbeddedServer`)
 unless ``--uri`` is given, and measures, side by side in one run:
 
 1. ``greenpool``: a :class:`greenpool.Client`;
 2. ``greenpool.pymongo``: PyMongo's MongoClient on greenpool's pools
    (``greenpool.pymongo.MongoClient``), when that module is importable;
 3. ``pymongo``: stock PyMongo's MongoClient under ``gevent.monkey.patch_all()``;
-4. ``floor``: no pool at all: as many raw :mod:`greenpool.link` connections as
+4. ``floor``: no pool at all: as many raw :mod:`greenpool.wire.link` connections as
    the pool size, one greenlet each, commands back to back.
 
 Workloads: (a) 1000 greenlets running ``ping``, maxPoolSize 10; (b) 10
@@ -97,7 +97,7 @@ def contender(name: str, uri: str, pool_size: int,
               listener: Any) -> Iterator[tuple[Callable[[], Any], Callable[[], Any]]]:
     """(ping, find) callables for one contender."""
     if name == "greenpool":
-        from greenpool.client import Client
+        from greenpool.client.client import Client
 
         with Client(with_options(uri, maxPoolSize=pool_size),
                     event_listeners=[listener]) as client:
@@ -154,8 +154,8 @@ def run_floor(uri: str, spec: dict[str, Any], total: int) -> dict[str, Any]:
     """No pool: pool-size raw links, one greenlet each, back-to-back commands."""
     import gevent
 
-    from greenpool.link import LinkOptions, connect
-    from greenpool.uri import parse_uri
+    from greenpool.client.uri import parse_uri
+    from greenpool.wire.link import LinkOptions, connect
 
     address = parse_uri(uri).hosts[0]
     links = [connect(address, LinkOptions()) for _ in range(spec["pool"])]
@@ -315,7 +315,7 @@ def spawn(child: str, uri: str, quick: bool, timeout: float) -> dict[str, Any]:
 
 
 def seed(uri: str) -> None:
-    from greenpool.client import Client
+    from greenpool.client.client import Client
 
     with Client(uri) as client:
         with contextlib.suppress(Exception):
@@ -389,7 +389,7 @@ def server(uri: str | None) -> Iterator[str]:
     if uri:
         yield uri
         return
-    from greenpool.embedded import EmbeddedServer
+    from greenpool.tools.embedded import EmbeddedServer
 
     with EmbeddedServer() as embedded:
         yield embedded.uri

@@ -1,4 +1,4 @@
-"""What fair turns (``greenpool.waitqueue.Turns``) cost on the uncontended path.
+"""What fair turns (``greenpool.pool.waitqueue.Turns``) cost on the uncontended path.
 
     .venv/bin/python benchmarks/bench_turns.py [--rounds N] [--cycles N]
 
@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_pool
 
-from greenpool.waitqueue import Turns
+from greenpool.pool.waitqueue import Turns
 
 
 def main() -> None:

@@ -14,7 +14,7 @@ import logging
 import sys
 
 import greenpool
-from greenpool.embedded import EmbeddedServer
+from greenpool.tools.embedded import EmbeddedServer
 
 
 class JSONLines(logging.Handler):

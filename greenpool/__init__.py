@@ -6,19 +6,19 @@ maintenance greenlet, kill safety and fork safety.
 """
 
 from greenpool._version import __version__
-from greenpool.client import Client
-from greenpool.cursor import Cursor
+from greenpool.client.client import Client
+from greenpool.client.cursor import Cursor
+from greenpool.client.session import Session, TransactionState
+from greenpool.client.timeouts import timeout
 from greenpool.errors import (
     ConfigurationError,
     PoolClearedError,
     PoolClosedError,
     WaitQueueTimeoutError,
 )
-from greenpool.options import PoolOptions
-from greenpool.pool import Connection, ConnectionState, Pool, PoolStats, Purpose, Transport
-from greenpool.poolstate import PoolState
-from greenpool.session import Session, TransactionState
-from greenpool.timeouts import timeout
+from greenpool.pool.options import PoolOptions
+from greenpool.pool.pool import Connection, ConnectionState, Pool, PoolStats, Purpose, Transport
+from greenpool.pool.poolstate import PoolState
 
 __all__ = [
     "Client",

@@ -3,10 +3,10 @@
 Commands:
 
 ``check URI``
-    connect to MongoDB as greenpool would and report (see :mod:`greenpool.check`).
+    connect to MongoDB as greenpool would and report (see :mod:`greenpool.tools.check`).
 ``server [--port N] [--replset] [--auth USER:PASS] [--tls]``
     run an embedded SecantusDB on 127.0.0.1 in the foreground until Ctrl-C or
-    SIGTERM, printing its URI (see :mod:`greenpool.embedded`; needs the
+    SIGTERM, printing its URI (see :mod:`greenpool.tools.embedded`; needs the
     ``demo`` extra).
 """
 
@@ -27,11 +27,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(USAGE)
         return 0 if args else 2
     if args[0] == "check":
-        from greenpool.check import main as check
+        from greenpool.tools.check import main as check
 
         return check(args[1:])
     if args[0] == "server":
-        from greenpool.embedded import main as server
+        from greenpool.tools.embedded import main as server
 
         return server(args[1:])
     print(f"greenpool: unknown command {args[0]!r}\n{USAGE}", file=sys.stderr)

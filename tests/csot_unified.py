@@ -27,8 +27,8 @@ from pymongo import MongoClient
 from pymongo.errors import OperationFailure, PyMongoError
 
 import greenpool
-from greenpool.cursor import Cursor
-from greenpool.session import Session
+from greenpool.client.cursor import Cursor
+from greenpool.client.session import Session
 from tests import unified_match
 from tests.cmap_runner import SPEC_DIR
 from tests.unified_match import (

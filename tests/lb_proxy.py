@@ -75,7 +75,7 @@ from gevent import socket as gsocket
 from gevent.pool import Group
 
 from greenpool.errors import ProtocolError
-from greenpool.wire import (
+from greenpool.wire.messages import (
     CHECKSUM_PRESENT,
     DEFAULT_MAX_MESSAGE_SIZE,
     HEADER_SIZE,

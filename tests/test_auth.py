@@ -1,4 +1,4 @@
-"""greenpool.auth: credentials, SCRAM-SHA-1/256, negotiation, speculative authentication.
+"""greenpool.wire.auth: credentials, SCRAM-SHA-1/256, negotiation, speculative authentication.
 
 Full conversations run against tests/fake_scram.py, an in-memory server side.
 Every test that fails an authentication uses PASSWORD, and checks that it
@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from pymongo.errors import NotPrimaryError, OperationFailure
 
-from greenpool import auth
-from greenpool.auth import SCRAM_SHA_1, SCRAM_SHA_256, Credentials, ScramConversation
 from greenpool.errors import AuthenticationError, ConfigurationError
+from greenpool.wire import auth
+from greenpool.wire.auth import SCRAM_SHA_1, SCRAM_SHA_256, Credentials, ScramConversation
 
 from .fake_scram import FakeScramServer
 

@@ -19,8 +19,8 @@ from pymongo.errors import OperationFailure
 import greenpool
 import greenpool.pymongo
 from greenpool import Client, PoolOptions
-from greenpool.options import CMAP_OPTIONS, SPEC_NAMES
-from greenpool.uri import parse_uri
+from greenpool.client.uri import parse_uri
+from greenpool.pool.options import CMAP_OPTIONS, SPEC_NAMES
 from tests.cmap_runner import SPEC_DIR
 from tests.events import AllEvents
 from tests.logging_unified import LoggingRunner

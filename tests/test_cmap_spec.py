@@ -2,7 +2,7 @@
 
 Unit-style files run against a pool of mock connections. Integration-style
 files run against the test server (``mongodb_uri``): a pool of real
-:class:`~greenpool.link.Link` connections with the file's appName, whose
+:class:`~greenpool.wire.link.Link` connections with the file's appName, whose
 establishment errors go through SDAM's rules as in a Client, with the file's
 fail point set before and switched off after.
 """
@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from greenpool import Pool, PoolOptions
-from greenpool.link import LinkOptions, make_connector
-from greenpool.topology import Topology
-from greenpool.uri import parse_uri
+from greenpool.client.topology import Topology
+from greenpool.client.uri import parse_uri
+from greenpool.wire.link import LinkOptions, make_connector
 from tests.cmap_runner import CMAP_DIR, CmapTestRunner, load_cmap_tests
 from tests.failpoints import failpoint
 from tests.mock import MockConnector

@@ -1,4 +1,4 @@
-"""The embedded server (greenpool.embedded) and ``python -m greenpool server``: quick stops,
+"""The embedded server (greenpool.tools.embedded) and ``python -m greenpool server``: quick stops,
 no server outliving the process that started it, nothing left on disk."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 import greenpool
-from greenpool.embedded import EmbeddedServer
 from greenpool.errors import ConfigurationError
-from greenpool.link import LinkOptions, connect
+from greenpool.tools.embedded import EmbeddedServer
+from greenpool.wire.link import LinkOptions, connect
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -93,7 +93,7 @@ def test_a_taken_port_is_refused() -> None:
 
 PARENT = textwrap.dedent("""
     import sys, time
-    from greenpool.embedded import EmbeddedServer
+    from greenpool.tools.embedded import EmbeddedServer
     with EmbeddedServer() as server:
         print(server.pid, server._directory, flush=True)
         time.sleep(120)

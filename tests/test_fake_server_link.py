@@ -1,4 +1,4 @@
-"""greenpool.link against the fake server: what a real server cannot show.
+"""greenpool.wire.link against the fake server: what a real server cannot show.
 
 Compression on the wire, wire-version ranges, load-balanced handshakes with
 and without serviceId, malformed replies, moreToCome streams, Unix sockets,
@@ -29,10 +29,10 @@ from pymongo.errors import (
 )
 
 from greenpool import Connection, Pool, PoolClearedError
-from greenpool.auth import Credentials
 from greenpool.errors import AuthenticationError, ProtocolError
-from greenpool.handshake import LOAD_BALANCER_UNSUPPORTED
-from greenpool.link import Link, LinkOptions, connect, handshake_completed, make_connector
+from greenpool.wire.auth import Credentials
+from greenpool.wire.handshake import LOAD_BALANCER_UNSUPPORTED
+from greenpool.wire.link import Link, LinkOptions, connect, handshake_completed, make_connector
 from tests.fake_scram import FakeScramServer
 from tests.fake_server import (
     HANG_UP,

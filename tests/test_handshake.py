@@ -1,4 +1,4 @@
-"""greenpool.handshake: client metadata, its 512-byte trimming, the hello command,
+"""greenpool.wire.handshake: client metadata, its 512-byte trimming, the hello command,
 and the checks on the hello reply."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from pymongo import common
 from pymongo.errors import ConfigurationError as PyMongoConfigurationError
 
 import greenpool
-from greenpool import handshake
 from greenpool.errors import ConfigurationError
+from greenpool.wire import handshake
 
 ADDRESS = ("db.example.com", 27017)
 

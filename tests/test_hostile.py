@@ -40,12 +40,12 @@ from greenpool import Client, Pool
 from greenpool import auth as auth_module
 from greenpool import client as client_module
 from greenpool import topology as topology_module
-from greenpool.auth import MAX_ITERATIONS, Credentials
-from greenpool.check import EXIT_CODES
-from greenpool.check import main as check_main
+from greenpool.client.uri import parse_uri, redact_uri, uri_secrets
 from greenpool.errors import AuthenticationError, ConfigurationError, NotMongoDBError
-from greenpool.link import LinkOptions, connect, establishment_deadline, handshake_completed
-from greenpool.uri import parse_uri, redact_uri, uri_secrets
+from greenpool.tools.check import EXIT_CODES
+from greenpool.tools.check import main as check_main
+from greenpool.wire.auth import MAX_ITERATIONS, Credentials
+from greenpool.wire.link import LinkOptions, connect, establishment_deadline, handshake_completed
 from tests.events import AllEvents
 from tests.fake_scram import FakeScramServer
 from tests.fake_server import MORE_TO_COME, OP_MSG, FakeServer, Raw, Request, block, op_msg

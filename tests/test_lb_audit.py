@@ -19,7 +19,7 @@ from pymongo.server_description import ServerDescription
 from pymongo.server_type import SERVER_TYPE
 
 from greenpool import Client, Pool, PoolOptions
-from greenpool.link import Link
+from greenpool.wire.link import Link
 from tests.cmap_runner import EVENT_TYPES, Recorder
 from tests.events import AllEvents
 from tests.lb_proxy import LBCluster

@@ -26,8 +26,8 @@ from pymongo.errors import (
     ServerSelectionTimeoutError,
 )
 
-from greenpool.link import Link, LinkOptions, connect
-from greenpool.wire import (
+from greenpool.wire.link import Link, LinkOptions, connect
+from greenpool.wire.messages import (
     MORE_TO_COME,
     OP_MSG,
     OP_QUERY,

@@ -1,4 +1,4 @@
-"""greenpool.link against a real server: SecantusDB, started here on 127.0.0.1.
+"""greenpool.wire.link against a real server: SecantusDB, started here on 127.0.0.1.
 
 Round trips, the handshake as the server saw it, interruption of a command
 the server blocks (``configureFailPoint failCommand``), timeouts, a
@@ -41,10 +41,10 @@ from pymongo.errors import AutoReconnect, NetworkTimeout, OperationFailure
 
 import greenpool
 from greenpool import Pool, PoolClearedError
-from greenpool.auth import Credentials
 from greenpool.errors import AuthenticationError
-from greenpool.handshake import MIN_WIRE_VERSION
-from greenpool.link import Link, LinkOptions, connect, handshake_completed, make_connector
+from greenpool.wire.auth import Credentials
+from greenpool.wire.handshake import MIN_WIRE_VERSION
+from greenpool.wire.link import Link, LinkOptions, connect, handshake_completed, make_connector
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -525,7 +525,7 @@ _UNPATCHED = textwrap.dedent(
     import ssl, sys, time
     import gevent
     from gevent import monkey
-    from greenpool.link import LinkOptions, connect
+    from greenpool.wire.link import LinkOptions, connect
 
     host, port, app_name, cafile = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
     assert not monkey.is_module_patched("socket") and not monkey.is_module_patched("ssl")

@@ -10,7 +10,7 @@ from pymongo import errors as pymongo_errors
 from pymongo import monitoring
 
 from greenpool import Client, Pool, PoolClearedError, WaitQueueTimeoutError
-from greenpool.metrics import STAT_KEYS
+from greenpool.pool.metrics import STAT_KEYS
 from tests.mock import MockConnector
 
 ADDRESS = ("db.test", 27017)

@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from greenpool.poolstate import TRANSITIONS, Action, PoolState, transition
+from greenpool.pool.poolstate import TRANSITIONS, Action, PoolState, transition
 
 P, R, C = PoolState.PAUSED, PoolState.READY, PoolState.CLOSED
 

@@ -19,10 +19,10 @@ from pymongo import monitoring as _m
 from pymongo.errors import InvalidOperation
 from pymongo.read_preferences import Nearest, SecondaryPreferred
 
-import greenpool.readpref
+import greenpool.client.readpref
 from greenpool import Client, ConfigurationError
-from greenpool.readpref import SERVER_TYPE, coerce, command_field, make
-from greenpool.uri import parse_uri
+from greenpool.client.readpref import SERVER_TYPE, coerce, command_field, make
+from greenpool.client.uri import parse_uri
 from tests.events import AllEvents
 from tests.lb_proxy import LBCluster
 
@@ -248,5 +248,5 @@ def test_a_replica_set_member_gets_primary_preferred(replset_uri: str, collectio
 
 
 def test_the_module_examples() -> None:
-    result = doctest.testmod(greenpool.readpref)
+    result = doctest.testmod(greenpool.client.readpref)
     assert (result.attempted > 0, result.failed) == (True, 0)

@@ -6,7 +6,7 @@ import pytest
 from pymongo import errors
 
 from greenpool import PoolClearedError, WaitQueueTimeoutError
-from greenpool.sdam import IGNORE, ErrorContext, Phase, Verdict, check_failed, judge
+from greenpool.client.sdam import IGNORE, ErrorContext, Phase, Verdict, check_failed, judge
 
 CONNECT, AUTH, OP = Phase.CONNECT, Phase.AUTHENTICATE, Phase.OPERATION
 

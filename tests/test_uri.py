@@ -17,9 +17,9 @@ import gevent
 import pytest
 from pymongo import errors as pymongo_errors
 
-import greenpool.uri
+import greenpool.client.uri
 from greenpool import ConfigurationError, PoolOptions
-from greenpool.uri import ClientSettings, Credentials, InvalidURIError, Secret, parse_uri
+from greenpool.client.uri import ClientSettings, Credentials, InvalidURIError, Secret, parse_uri
 from tests.uri_dns import StubResolver, install_stub, seedlist_zone
 from tests.uri_spec import MISSING, SEEDLIST_DIR
 from tests.uri_tls import CLIENT_KEY_PASSWORD, Pki, handshake, make_pki, server_context
@@ -168,7 +168,7 @@ def test_txt_record_options() -> None:
 
 
 def test_the_examples_in_the_docstrings() -> None:
-    assert doctest.testmod(greenpool.uri).failed == 0
+    assert doctest.testmod(greenpool.client.uri).failed == 0
 
 
 # --- credentials --------------------------------------------------------------------

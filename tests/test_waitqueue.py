@@ -10,7 +10,7 @@ import time
 import gevent
 import pytest
 
-from greenpool.waitqueue import Alarm, WaitQueue, WaitTimedOut
+from greenpool.pool.waitqueue import Alarm, WaitQueue, WaitTimedOut
 
 
 def test_deliver_goes_to_the_oldest_waiter() -> None:
@@ -182,7 +182,7 @@ def test_alarm_does_not_keep_the_hub_alive() -> None:
     """A greenlet sleeping on an Alarm must not keep Hub.join() waiting."""
     script = textwrap.dedent("""
         import gevent
-        from greenpool.waitqueue import Alarm
+        from greenpool.pool.waitqueue import Alarm
         gevent.spawn(Alarm().sleep, 3600)
         gevent.spawn(Alarm().sleep, None)
         gevent.sleep(0)

@@ -1,4 +1,4 @@
-"""greenpool.wire: headers, OP_MSG, OP_COMPRESSED, negotiation and reply checking.
+"""greenpool.wire.messages: headers, OP_MSG, OP_COMPRESSED, negotiation and reply checking.
 
 Messages under test are built here with ``struct`` and ``bson`` directly, not
 with greenpool's encoder, so a symmetric mistake in encoder and decoder
@@ -35,8 +35,8 @@ from pymongo.errors import (
 )
 from pymongo.errors import ProtocolError as PyMongoProtocolError
 
-from greenpool import wire
 from greenpool.errors import ConfigurationError, ProtocolError
+from greenpool.wire import messages as wire
 
 ALL_COMPRESSORS = ["noop", "snappy", "zlib", "zstd"]
 RAW_COMPRESS = {

@@ -22,8 +22,8 @@ from bson.int64 import Int64
 from pymongo import monitoring as _m
 from pymongo.errors import ConnectionFailure, OperationFailure, PyMongoError
 
-from greenpool.cursor import Cursor
-from greenpool.session import Session
+from greenpool.client.cursor import Cursor
+from greenpool.client.session import Session
 
 
 def load_cases(path: Path) -> list[tuple[dict[str, Any], dict[str, Any]]]:

@@ -41,7 +41,7 @@ from pymongo.errors import InvalidName, OperationFailure
 from pymongo.saslprep import saslprep
 
 from greenpool.errors import AuthenticationError, ConfigurationError
-from greenpool.wire import check_database_name, check_reply
+from greenpool.wire.messages import check_database_name, check_reply
 
 __all__ = [
     "MAX_ITERATIONS",

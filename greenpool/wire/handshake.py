@@ -193,7 +193,7 @@ def hello_command(
     which needs ``hello`` over OP_MSG and adds ``loadBalanced: true``.
     ``compressors`` are the ones the client offers, in order of preference
     (``compression`` is left out when there are none);
-    ``auth_fields`` come from :func:`greenpool.auth.handshake_fields`
+    ``auth_fields`` come from :func:`greenpool.wire.auth.handshake_fields`
     (``saslSupportedMechs``, ``speculativeAuthenticate``).
     """
     command: dict[str, Any] = {"hello" if load_balanced else "isMaster": 1, "helloOk": True}

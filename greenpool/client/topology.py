@@ -7,7 +7,7 @@ spec). Descriptions and events are PyMongo's own classes, delivered to
 PyMongo's ``TopologyListener``, ``ServerListener`` and
 ``ServerHeartbeatListener`` objects, so existing SDAM listeners work.
 
-What the topology does with errors is decided by :mod:`greenpool.sdam`; this
+What the topology does with errors is decided by :mod:`greenpool.client.sdam`; this
 module applies the verdicts: it marks the server Unknown, clears the pool
 (with the error that caused it) and requests an immediate check.
 """
@@ -32,12 +32,12 @@ from pymongo.server_description import ServerDescription
 from pymongo.topology_description import TOPOLOGY_TYPE, TopologyDescription
 
 from greenpool.address import Address, format_address
+from greenpool.client.sdam import ErrorContext, Phase, Verdict, check_failed, judge
+from greenpool.client.topologylog import log_event
 from greenpool.errors import ProtocolError
-from greenpool.link import handshake_completed
-from greenpool.pool import Connection, Pool
-from greenpool.sdam import ErrorContext, Phase, Verdict, check_failed, judge
-from greenpool.topologylog import log_event
-from greenpool.waitqueue import Alarm, WaitQueue, WaitTimedOut
+from greenpool.pool.pool import Connection, Pool
+from greenpool.pool.waitqueue import Alarm, WaitQueue, WaitTimedOut
+from greenpool.wire.link import handshake_completed
 
 __all__ = ["Checker", "Monitor", "Topology"]
 

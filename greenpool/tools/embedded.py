@@ -35,7 +35,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from greenpool.errors import ConfigurationError
-from greenpool.link import LinkOptions, connect
+from greenpool.wire.link import LinkOptions, connect
 
 __all__ = ["EmbeddedServer", "free_port", "secantusd_executable"]
 
@@ -141,7 +141,7 @@ class EmbeddedServer:
         try:
             flags = []
             if self.tls:
-                from greenpool._tlsfiles import write_tls_files
+                from greenpool.tools._tlsfiles import write_tls_files
 
                 files = write_tls_files(self._directory / "tls")
                 flags += ["--tls-cert-file", str(files.server), "--tls-key-file",
@@ -163,7 +163,7 @@ class EmbeddedServer:
 
     def _provision(self, tls_flags: list[str]) -> None:
         """Create the user on the server without ``--auth``, then stop it cleanly."""
-        from greenpool.client import Client
+        from greenpool.client.client import Client
 
         assert self.auth is not None and self._directory is not None
         # In a scratch directory of its own: the watchdog deletes it, not the data.

@@ -16,13 +16,13 @@ through many hosts are PyMongo's job; see :mod:`greenpool.pymongo`.
 
 What it owns:
 
-* one :class:`~greenpool.Pool` of :class:`~greenpool.link.Link` connections;
-* a :class:`~greenpool.topology.Topology` whose monitor greenlet checks the
+* one :class:`~greenpool.Pool` of :class:`~greenpool.wire.link.Link` connections;
+* a :class:`~greenpool.client.topology.Topology` whose monitor greenlet checks the
   server with ``hello`` every heartbeatFrequencyMS on its own connection,
   makes the pool ready after a successful check and clears it after a failed
   one (interrupting in-use connections if the check timed out). In
   load-balanced mode there is no monitor and the pool is ready at once;
-* the SDAM rules for application errors (:mod:`greenpool.sdam`): a network
+* the SDAM rules for application errors (:mod:`greenpool.client.sdam`): a network
   error, or a "not primary" / "node is recovering" error that calls for it,
   on a connection of the pool's current generation clears the pool; errors on
   a stale connection change nothing.
@@ -55,19 +55,13 @@ from pymongo.errors import (
 )
 from pymongo.read_preferences import _ServerMode
 
-from greenpool import readpref
 from greenpool.address import Address, format_address
-from greenpool.auth import MECHANISMS as LINK_MECHANISMS
-from greenpool.auth import Credentials as LinkCredentials
-from greenpool.commands import CommandPublisher
-from greenpool.cursor import Cursor
-from greenpool.errors import ConfigurationError, ProtocolError
-from greenpool.handshake import check_hello_fields
-from greenpool.link import Link, LinkOptions, connect, make_connector
-from greenpool.pool import Connection, Pool, PoolStats, Purpose
-from greenpool.sdam import Phase
-from greenpool.session import Session
-from greenpool.timeouts import (
+from greenpool.client import readpref
+from greenpool.client.commands import CommandPublisher
+from greenpool.client.cursor import Cursor
+from greenpool.client.sdam import Phase
+from greenpool.client.session import Session
+from greenpool.client.timeouts import (
     Deadline,
     MinRoundTrip,
     check_seconds,
@@ -75,9 +69,15 @@ from greenpool.timeouts import (
     resolve,
     running,
 )
-from greenpool.topology import Topology
-from greenpool.uri import ClientSettings, parse_uri
-from greenpool.wire import check_database_name, next_request_id
+from greenpool.client.topology import Topology
+from greenpool.client.uri import ClientSettings, parse_uri
+from greenpool.errors import ConfigurationError, ProtocolError
+from greenpool.pool.pool import Connection, Pool, PoolStats, Purpose
+from greenpool.wire.auth import MECHANISMS as LINK_MECHANISMS
+from greenpool.wire.auth import Credentials as LinkCredentials
+from greenpool.wire.handshake import check_hello_fields
+from greenpool.wire.link import Link, LinkOptions, connect, make_connector
+from greenpool.wire.messages import check_database_name, next_request_id
 
 __all__ = ["Client", "ReadPreferenceLike"]
 
@@ -181,7 +181,7 @@ class Client:
 
         ``timeout`` (seconds, 0 for none) bounds the whole operation in place
         of the client's timeoutMS, within any enclosing
-        :func:`greenpool.timeout` block (see :mod:`greenpool.timeouts`). With
+        :func:`greenpool.timeout` block (see :mod:`greenpool.client.timeouts`). With
         a limit, ``maxTimeMS`` is added to the command (time left minus the
         server's minimum round trip), and running out of time raises an error
         whose ``timeout`` is true: ``ServerSelectionTimeoutError``,
@@ -191,7 +191,7 @@ class Client:
         ``read_preference`` (a PyMongo read preference, a mode name or a
         ``{"mode", "tags", "maxStalenessSeconds"}`` document) is sent as
         ``$readPreference`` where the Server Selection spec says
-        (:mod:`greenpool.readpref`). As that spec requires of a generic
+        (:mod:`greenpool.client.readpref`). As that spec requires of a generic
         command method, the URI's readPreference does not apply here: the
         default is primary. Inside a transaction it must be primary
         (:class:`~pymongo.errors.InvalidOperation` otherwise).
@@ -267,7 +267,7 @@ class Client:
                timeout_mode: str | None = None,
                read_preference: ReadPreferenceLike | None = None) -> Cursor:
         """Run a cursor-opening command (``find``, ``aggregate``,
-        ``listCollections``...) and return a :class:`~greenpool.cursor.Cursor`
+        ``listCollections``...) and return a :class:`~greenpool.client.cursor.Cursor`
         over its documents, fetching further batches with ``getMore``.
 
         Close it (or use it as a context manager) when done early: that sends
@@ -299,7 +299,7 @@ class Client:
              *, batch_size: int | None = None, session: Session | None = None,
              timeout: float | None = None, timeout_mode: str | None = None,
              read_preference: ReadPreferenceLike | None = None, **options: Any) -> Cursor:
-        """``find`` on ``dbname.collection`` as a :class:`~greenpool.cursor.Cursor`.
+        """``find`` on ``dbname.collection`` as a :class:`~greenpool.client.cursor.Cursor`.
 
         ``batch_size`` applies to every batch, the first included. Other
         keywords are find's own fields (``sort``, ``projection``, ``limit``...).
@@ -433,7 +433,7 @@ class Client:
         return conn
 
     def _deadline(self, timeout: float | None, session: Session | None) -> Deadline | None:
-        """The deadline of an operation starting now (see greenpool.timeouts)."""
+        """The deadline of an operation starting now (see greenpool.client.timeouts)."""
         call = check_seconds("timeout", timeout)
         if session is not None and session._deadline is not None:
             # Inside with_transaction the session carries the one deadline.

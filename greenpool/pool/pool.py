@@ -41,14 +41,14 @@ from gevent.monkey import get_original
 from pymongo.monitoring import ConnectionCheckOutFailedReason as _Failed
 from pymongo.monitoring import ConnectionClosedReason as _Closed
 
-from greenpool import forking
 from greenpool.address import Address, format_address, parse_address
 from greenpool.errors import PoolClearedError, PoolClosedError, WaitQueueTimeoutError
-from greenpool.metrics import Tally
-from greenpool.monitoring import Publisher
-from greenpool.options import PoolOptions
-from greenpool.poolstate import Action, PoolState, transition
-from greenpool.waitqueue import Alarm, Turns, WaitQueue, WaitTimedOut
+from greenpool.pool import forking
+from greenpool.pool.metrics import Tally
+from greenpool.pool.monitoring import Publisher
+from greenpool.pool.options import PoolOptions
+from greenpool.pool.poolstate import Action, PoolState, transition
+from greenpool.pool.waitqueue import Alarm, Turns, WaitQueue, WaitTimedOut
 
 __all__ = ["Connection", "ConnectionState", "Pool", "PoolStats", "Purpose", "Transport"]
 

@@ -24,12 +24,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from bson.binary import UUID_SUBTYPE, Binary
 from pymongo.errors import ConnectionFailure, InvalidOperation, OperationFailure, PyMongoError
 
-from greenpool.timeouts import Deadline, check_seconds, resolve
+from greenpool.client.timeouts import Deadline, check_seconds, resolve
 
 if TYPE_CHECKING:
-    from greenpool.client import Client
-    from greenpool.link import Link
-    from greenpool.pool import Connection
+    from greenpool.client.client import Client
+    from greenpool.pool.pool import Connection
+    from greenpool.wire.link import Link
 
 __all__ = ["Session", "TransactionState"]
 

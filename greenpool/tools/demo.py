@@ -1,6 +1,6 @@
 """greenpool's demo: a few thousand greenlets sharing one small pool, fairly.
 
-Run it with ``python3 tools/dev.py demo`` (or ``.venv/bin/python -m greenpool.demo``
+Run it with ``python3 tools/dev.py demo`` (or ``.venv/bin/python -m greenpool.tools.demo``
 once that made ``.venv``).
 It connects to ``$MONGODB_URI`` (or ``--uri``), or, when neither is given,
 starts an embedded SecantusDB on 127.0.0.1 for the run. Then a few thousand
@@ -24,9 +24,9 @@ from typing import Any
 import gevent
 from pymongo import monitoring
 
-from greenpool.client import Client
-from greenpool.embedded import EmbeddedServer
-from greenpool.monitoring import EventCounter
+from greenpool.client.client import Client
+from greenpool.pool.monitoring import EventCounter
+from greenpool.tools.embedded import EmbeddedServer
 
 
 class PoolWatcher(EventCounter):

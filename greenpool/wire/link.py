@@ -5,7 +5,7 @@ through the MongoDB handshake and authentication, and carries one command at
 a time::
 
     from greenpool import Pool
-    from greenpool.link import LinkOptions, make_connector
+    from greenpool.wire.link import LinkOptions, make_connector
 
     options = LinkOptions(app_name="billing", compressors=("zstd", "zlib"))
     pool = Pool(("db.example.com", 27017), {"maxPoolSize": 10},
@@ -22,7 +22,7 @@ the program called ``gevent.monkey.patch_all()``. A standard library
 SSL socket, which only needs the context's C-level ``_wrap_socket``.
 
 Errors. A command the server refused raises PyMongo's own errors (see
-:func:`greenpool.wire.check_reply`) and leaves the link usable. Anything that
+:func:`greenpool.wire.messages.check_reply`) and leaves the link usable. Anything that
 leaves the stream in an unknown state (a network error, a timeout, a closed
 socket, a malformed message, a kill such as ``gevent.Timeout`` or
 ``GreenletExit`` landing mid-request) *breaks* the link: it is closed at
@@ -58,11 +58,11 @@ from gevent.monkey import get_original
 from pymongo.errors import AutoReconnect, NetworkTimeout
 
 from greenpool.address import Address, format_address, parse_address
-from greenpool.auth import Credentials, ScramConversation, authenticate, handshake_fields
 from greenpool.errors import ConfigurationError, NotMongoDBError, PoolClearedError, ProtocolError
-from greenpool.handshake import check_app_name, check_hello_reply, hello_command
-from greenpool.pool import Connection
-from greenpool.wire import (
+from greenpool.pool.pool import Connection
+from greenpool.wire.auth import Credentials, ScramConversation, authenticate, handshake_fields
+from greenpool.wire.handshake import check_app_name, check_hello_reply, hello_command
+from greenpool.wire.messages import (
     DEFAULT_MAX_MESSAGE_SIZE,
     HEADER_SIZE,
     Compressor,
@@ -139,7 +139,7 @@ class LinkOptions:
     OP_MSG with ``loadBalanced: true`` and the server must answer with a
     ``serviceId``.
 
-    The repr never shows the password (:class:`~greenpool.auth.Credentials`
+    The repr never shows the password (:class:`~greenpool.wire.auth.Credentials`
     hides it).
     """
 
@@ -170,7 +170,7 @@ class LinkOptions:
         Compressor("zlib", self.zlib_compression_level)  # checks the level
         if self.credentials is not None and not isinstance(self.credentials, Credentials):
             raise ConfigurationError(
-                f"credentials must be greenpool.auth.Credentials, "
+                f"credentials must be greenpool.wire.auth.Credentials, "
                 f"not {type(self.credentials).__name__}"
             )
         if not isinstance(self.load_balanced, bool):
@@ -372,7 +372,7 @@ class Link:
         """Authenticate with ``options.credentials`` (nothing to do without them).
 
         Continues the speculative conversation the handshake started when the
-        hello reply answered it, as :func:`greenpool.auth.authenticate` does.
+        hello reply answered it, as :func:`greenpool.wire.auth.authenticate` does.
         Raises :class:`~greenpool.errors.AuthenticationError` if the server
         refused; on any failure the link is closed.
         """
@@ -411,7 +411,7 @@ class Link:
         ``timeout`` bounds this round trip (seconds; default: the options'
         ``socket_timeout``). ``request_id`` is the message's requestID (by
         default a fresh one), for callers that publish it in events first.
-        The reply has passed :func:`~greenpool.wire.check_reply`: a refused
+        The reply has passed :func:`~greenpool.wire.messages.check_reply`: a refused
         command raises PyMongo's error and the link stays usable.
 
         ``exhaust_allowed`` lets the server answer with a stream: if the reply

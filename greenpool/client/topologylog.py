@@ -1,7 +1,7 @@
 """SDAM log messages on the ``greenpool.topology`` logger.
 
 The SDAM Logging and Monitoring spec's messages, at DEBUG, one for each of
-these SDAM events (the Client's :class:`~greenpool.topology.Topology` emits
+these SDAM events (the Client's :class:`~greenpool.client.topology.Topology` emits
 them): TopologyOpening ("Starting topology monitoring"), TopologyClosed
 ("Stopped topology monitoring"), ServerOpening ("Starting server
 monitoring"), ServerClosed ("Stopped server monitoring"),
@@ -9,7 +9,7 @@ TopologyDescriptionChanged ("Topology description changed") and the three
 heartbeat events ("Server heartbeat started", "... succeeded", "... failed").
 ServerDescriptionChanged has none: the spec leaves it out as redundant.
 
-As for the connection messages (:mod:`greenpool.monitoring`), the record's
+As for the connection messages (:mod:`greenpool.pool.monitoring`), the record's
 message is the spec's unstructured form and ``record.structured`` the
 structured one: a dict with ``message``, ``topologyId`` and, for a server's
 messages, ``serverHost`` and ``serverPort``; heartbeats add ``awaited``,

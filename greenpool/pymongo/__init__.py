@@ -44,7 +44,7 @@ message, ``_telemetry``, ``pool_ref``, the pinned set) and its
 greenpool's own pool would have to re-implement all of that surface and
 suppress or translate half of both event streams. Subclassing keeps PyMongo
 authoritative for everything except the wait queue, which is greenpool's
-:mod:`greenpool.waitqueue` (the same FIFO deliver-once slots the core pool
+:mod:`greenpool.pool.waitqueue` (the same FIFO deliver-once slots the core pool
 uses).
 
 How the accounting stays right
@@ -165,7 +165,7 @@ from pymongo.synchronous import pool as _stock_pool  # noqa: E402
 from pymongo.synchronous.pool import Connection, Pool  # noqa: E402
 from pymongo.typings import _DocumentType  # noqa: E402
 
-from greenpool.waitqueue import Slot, Turns, WaitQueue, WaitTimedOut  # noqa: E402
+from greenpool.pool.waitqueue import Slot, Turns, WaitQueue, WaitTimedOut  # noqa: E402
 
 if TYPE_CHECKING:
     from bson.objectid import ObjectId

@@ -34,13 +34,13 @@ import gevent
 from pymongo.errors import ConnectionFailure, InvalidOperation, OperationFailure, PyMongoError
 from pymongo.read_preferences import _ServerMode
 
-from greenpool.pool import Connection, Purpose
-from greenpool.timeouts import Deadline, check_seconds
+from greenpool.client.timeouts import Deadline, check_seconds
+from greenpool.pool.pool import Connection, Purpose
 
 if TYPE_CHECKING:
-    from greenpool.client import Client
-    from greenpool.link import Link
-    from greenpool.session import Session
+    from greenpool.client.client import Client
+    from greenpool.client.session import Session
+    from greenpool.wire.link import Link
 
 __all__ = ["Cursor"]
 

@@ -44,10 +44,10 @@ try:  # PyMongo 4.12 and later
 except ImportError:  # PyMongo 4.9 to 4.11
     from pymongo.uri_parser import parse_uri as _pymongo_parse_uri
 
-from greenpool import readpref
 from greenpool.address import Address
+from greenpool.client import readpref
 from greenpool.errors import ConfigurationError
-from greenpool.options import PoolOptions
+from greenpool.pool.options import PoolOptions
 
 __all__ = [
     "ClientSettings", "Credentials", "InvalidURIError", "Secret", "parse_uri", "redact_uri",

@@ -12,7 +12,7 @@ greenlets::
 in a clone set up by ``tools/dev.py``.)
 
 The connection string is printed with its password and other secrets (see
-:func:`greenpool.uri.redact_uri`) replaced by ``***``.
+:func:`greenpool.client.uri.redact_uri`) replaced by ``***``.
 When something fails, one line on standard error says what, and the exit
 status tells the class of failure:
 
@@ -53,11 +53,11 @@ import gevent
 from pymongo import errors as _pymongo_errors
 
 from greenpool.address import format_address
-from greenpool.client import Client, _link_options
+from greenpool.client.client import Client, _link_options
+from greenpool.client.uri import Secret, parse_uri, redact_uri, uri_secrets
 from greenpool.errors import AuthenticationError, ConfigurationError, NotMongoDBError
-from greenpool.link import Link
-from greenpool.monitoring import EventCounter
-from greenpool.uri import Secret, parse_uri, redact_uri, uri_secrets
+from greenpool.pool.monitoring import EventCounter
+from greenpool.wire.link import Link
 
 __all__ = ["EXIT_CODES", "Failure", "classify", "main", "redact_uri", "run_check"]
 
@@ -217,7 +217,7 @@ def run_check(
 
 
 def _establish(address: Any, options: Any) -> tuple[Link, list[tuple[str, float]]]:
-    """:func:`greenpool.link.connect`, one step at a time: the link and each step's name
+    """:func:`greenpool.wire.link.connect`, one step at a time: the link and each step's name
     and seconds (only the steps that ran)."""
     steps: list[tuple[str, float]] = []
     host, port = address

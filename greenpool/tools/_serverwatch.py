@@ -1,4 +1,4 @@
-"""The watchdog between a program and its embedded server (see :mod:`greenpool.embedded`).
+"""The watchdog between a program and its embedded server (see :mod:`greenpool.tools.embedded`).
 
 Run as a script, by path, with only the standard library (importing the greenpool package
 would cost the startup of gevent and PyMongo)::
