@@ -590,7 +590,7 @@ def test_tcp_options() -> None:
 
 
 def test_every_resolved_address_is_tried(monkeypatch: pytest.MonkeyPatch) -> None:
-    from greenpool import link as link_module
+    from greenpool.wire import link as link_module
 
     closed = free_port()
     with serving() as server:
