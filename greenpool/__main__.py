@@ -1,5 +1,8 @@
 """``python -m greenpool COMMAND``: greenpool's command line.
 
+Rules of this module: parsing the command line and dispatching to a tool; each command's
+work lives in :mod:`greenpool.tools`.
+
 Commands:
 
 ``check URI``

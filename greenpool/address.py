@@ -1,5 +1,8 @@
 """Server addresses: ``(host, port)`` tuples, as PyMongo uses them.
 
+Rules of this module: parsing and formatting ``(host, port)`` addresses; no name
+resolution, no sockets, no imports from greenpool.
+
 A Unix domain socket is ``(path, None)``.
 """
 

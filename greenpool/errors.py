@@ -1,5 +1,10 @@
 """The errors greenpool raises.
 
+Rules of this module: the exception classes of every layer, and the small helpers that
+build their messages; nothing that does I/O or imports another greenpool module but
+:mod:`greenpool.address`. Each class derives from the PyMongo error an application
+already catches.
+
 Each pool error derives from the PyMongo error an application already catches
 for the same condition, so ``except pymongo.errors.AutoReconnect`` and retry
 loops written for PyMongo keep working.

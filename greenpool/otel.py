@@ -1,6 +1,10 @@
 """OpenTelemetry metrics for connection pools: the semantic conventions' DB
 client connection metrics, from CMAP events.
 
+Rules of this module: turning CMAP events into OpenTelemetry instruments; it listens to
+events only and imports nothing from greenpool but :mod:`greenpool._version`, so it
+works on any pool that emits PyMongo's events.
+
     pip install 'greenpool[otel]'
 
 :class:`ConnectionMetrics` is a :class:`pymongo.monitoring.ConnectionPoolListener`,
@@ -81,7 +85,7 @@ class ConnectionMetrics(monitoring.ConnectionPoolListener):
     """
 
     def __init__(self, meter_provider: Any = None, prefix: str = "") -> None:
-        from greenpool import __version__
+        from greenpool._version import __version__
 
         meter = _otel_metrics.get_meter("greenpool", __version__, meter_provider)
         self.prefix = prefix

@@ -1,5 +1,8 @@
 """Command monitoring: PyMongo's command events for the Client's commands.
 
+Rules of this module: building and publishing command-monitoring events, and their
+redaction; it never sends a command.
+
 Listeners are :class:`pymongo.monitoring.CommandListener` objects, so code
 that already watches PyMongo's commands watches greenpool's the same way.
 Security-sensitive commands (authentication, user management) and a hello

@@ -1,5 +1,9 @@
 """Read preferences: which server a read may go to, and what the command says about it.
 
+Rules of this module: parsing and checking read preferences, and the ``$readPreference``
+field they put on a command; no server selection (the Client has one endpoint) and no
+I/O.
+
 The Client talks to one endpoint, so a read preference never changes which
 server is selected; what it changes is the ``$readPreference`` field of the
 command, exactly as the Server Selection spec ("Passing read preference to

@@ -1,5 +1,9 @@
 """Client-side operation timeouts (timeoutMS, the CSOT spec).
 
+Rules of this module: deadlines: where an operation's time limit comes from and how much
+is left; pure arithmetic over a clock and a context variable. The code that waits (pool,
+link, topology) asks this module for the time left and does its own waiting.
+
 An operation's *deadline* bounds all of its blocking work: server
 selection, the wait for a connection, establishing one, and each round
 trip. It comes, innermost first, from

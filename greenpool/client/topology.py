@@ -1,5 +1,9 @@
 """The Client's topology: one server, or one load balancer, and its monitor.
 
+Rules of this module: the topology's description, its monitor greenlet and the
+application of :mod:`greenpool.client.sdam`'s verdicts; deciding what an error means
+lives in sdam, not here, and running operations lives in the Client.
+
 greenpool's :class:`~greenpool.Client` talks to a single endpoint, so its
 topology is either ``Single`` (a directly connected server, checked by a
 monitor greenlet) or ``LoadBalanced`` (no monitor, per the Load Balancer

@@ -1,5 +1,8 @@
 """SDAM log messages on the ``greenpool.topology`` logger.
 
+Rules of this module: turning SDAM events into the spec's log messages; no monitoring
+logic, no I/O beyond the logger.
+
 The SDAM Logging and Monitoring spec's messages, at DEBUG, one for each of
 these SDAM events (the Client's :class:`~greenpool.client.topology.Topology` emits
 them): TopologyOpening ("Starting topology monitoring"), TopologyClosed

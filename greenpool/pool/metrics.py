@@ -1,5 +1,8 @@
 """Always-on pool counters, the figures psycopg_pool's ``get_stats()`` gives.
 
+Rules of this module: the counters and their arithmetic, as plain attributes; no locks,
+no events, no listeners, no gevent. The pool decides when to bump them.
+
 A pool keeps one :class:`Tally` and bumps it on the paths that run anyway
 (checkout, checkin, establishing, closing): plain attribute increments, no
 listener, no event objects. Each bump happens between two points where

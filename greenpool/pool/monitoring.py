@@ -1,5 +1,9 @@
 """CMAP events and log messages: one funnel for everything a pool reports.
 
+Rules of this module: the only place that builds CMAP events and log messages and calls
+listeners; the pool decides *what* happened and hands it here. No pool state lives here,
+and nothing here may switch greenlets while the pool is mid-change.
+
 Events are PyMongo's own event classes, delivered to objects implementing
 :class:`pymongo.monitoring.ConnectionPoolListener`, so a listener written for
 PyMongo works unchanged. Each event also produces the spec's log message on

@@ -1,5 +1,9 @@
 """greenpool's pools under PyMongo's own ``MongoClient``.
 
+Rules of this module: the adapter between PyMongo's MongoClient and greenpool's pool
+core: it builds on :mod:`greenpool.pool` (the wait queue) and PyMongo's own pool
+classes, and never imports greenpool's client or wire layers.
+
 One line changes in an application that already runs PyMongo under gevent::
 
     from greenpool.pymongo import MongoClient   # instead of: from pymongo import MongoClient

@@ -1,5 +1,8 @@
 """The watchdog between a program and its embedded server (see :mod:`greenpool.tools.embedded`).
 
+Rules of this module: the watchdog script; standard library only, and nothing imports it
+(it runs as a separate process).
+
 Run as a script, by path, with only the standard library (importing the greenpool package
 would cost the startup of gevent and PyMongo)::
 

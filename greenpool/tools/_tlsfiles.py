@@ -1,5 +1,8 @@
 """A certificate authority and a server certificate for an embedded TLS server.
 
+Rules of this module: generating test certificates with ``cryptography``; nothing here
+opens sockets.
+
 Needs the ``cryptography`` package (in the ``test`` extra; ``pip install cryptography``).
 """
 

@@ -1,5 +1,8 @@
 """``python -m greenpool check URI``: can this program reach its MongoDB?
 
+Rules of this module: the ``check`` command's steps and report; it uses the library's
+public layers as an application would and adds no connection logic of its own.
+
 It connects the way a :class:`~greenpool.Client` would (name resolution,
 TCP, TLS, handshake, authentication, all as the connection string says),
 then prints what the server reported, round-trip times of a few pings, and

@@ -1,5 +1,7 @@
 """greenpool's demo: a few thousand greenlets sharing one small pool, fairly.
 
+Rules of this module: the demo's workload and report; nothing in the library imports it.
+
 Run it with ``python3 tools/dev.py demo`` (or ``.venv/bin/python -m greenpool.tools.demo``
 once that made ``.venv``).
 It connects to ``$MONGODB_URI`` (or ``--uri``), or, when neither is given,

@@ -1,5 +1,9 @@
 """A throwaway MongoDB-compatible server on 127.0.0.1, for the demo and trials.
 
+Rules of this module: starting, addressing and stopping an embedded server process; no
+MongoDB protocol code of its own (it waits for the server with
+:func:`greenpool.wire.link.connect`).
+
 :class:`EmbeddedServer` runs SecantusDB (``pip install greenpool[demo]``)
 as a child process on a free port of 127.0.0.1, in memory, and stops exactly
 that process::
