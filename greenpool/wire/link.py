@@ -19,10 +19,11 @@ What lives here: :class:`LinkOptions`, and :class:`Link` with its own steps
 (:meth:`Link.open`, :meth:`Link.handshake`, :meth:`Link.authenticate`), its
 round trips (one request at a time; exhaust streams) and how it breaks and
 closes. What must not: opening sockets (:mod:`greenpool.wire.sockets`),
-message bytes (:mod:`greenpool.wire.messages`), the establishment's deadline
-and the pool connector (:mod:`greenpool.wire.connector`), anything of the
-client layer. :meth:`Link.command` is the hot path of every operation: no
-extra call layers on it.
+encoding and decoding messages (:mod:`greenpool.wire.messages`), the
+establishment's deadline and the pool connector
+(:mod:`greenpool.wire.connector`), anything of the client layer.
+:meth:`Link.command` is the hot path of every operation: no extra call
+layers on it.
 
 Cooperative without monkey-patching. Every byte goes through
 :mod:`gevent.socket` and :mod:`gevent.ssl`, never the standard library's
