@@ -155,7 +155,8 @@ def run_floor(uri: str, spec: dict[str, Any], total: int) -> dict[str, Any]:
     import gevent
 
     from greenpool.client.uri import parse_uri
-    from greenpool.wire.link import LinkOptions, connect
+    from greenpool.wire.connector import connect
+    from greenpool.wire.link import LinkOptions
 
     address = parse_uri(uri).hosts[0]
     links = [connect(address, LinkOptions()) for _ in range(spec["pool"])]

@@ -16,7 +16,8 @@ import pytest
 from greenpool import Pool, PoolOptions
 from greenpool.client.topology import Topology
 from greenpool.client.uri import parse_uri
-from greenpool.wire.link import LinkOptions, make_connector
+from greenpool.wire.connector import make_connector
+from greenpool.wire.link import LinkOptions
 from tests.cmap_runner import CMAP_DIR, CmapTestRunner, load_cmap_tests
 from tests.failpoints import failpoint
 from tests.mock import MockConnector

@@ -16,7 +16,8 @@ import pytest
 import greenpool
 from greenpool.errors import ConfigurationError
 from greenpool.tools.embedded import EmbeddedServer
-from greenpool.wire.link import LinkOptions, connect
+from greenpool.wire.connector import connect
+from greenpool.wire.link import LinkOptions
 
 ROOT = Path(__file__).resolve().parents[1]
 

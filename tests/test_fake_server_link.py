@@ -31,8 +31,9 @@ from pymongo.errors import (
 from greenpool import Connection, Pool, PoolClearedError
 from greenpool.errors import AuthenticationError, ProtocolError
 from greenpool.wire.auth import Credentials
+from greenpool.wire.connector import connect, handshake_completed, make_connector
 from greenpool.wire.handshake import LOAD_BALANCER_UNSUPPORTED
-from greenpool.wire.link import Link, LinkOptions, connect, handshake_completed, make_connector
+from greenpool.wire.link import Link, LinkOptions
 from tests.fake_scram import FakeScramServer
 from tests.fake_server import (
     HANG_UP,
@@ -590,7 +591,7 @@ def test_tcp_options() -> None:
 
 
 def test_every_resolved_address_is_tried(monkeypatch: pytest.MonkeyPatch) -> None:
-    from greenpool.wire import link as link_module
+    from greenpool.wire import sockets as link_module
 
     closed = free_port()
     with serving() as server:

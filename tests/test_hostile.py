@@ -45,7 +45,8 @@ from greenpool.tools.check import EXIT_CODES
 from greenpool.tools.check import main as check_main
 from greenpool.wire import auth as auth_module
 from greenpool.wire.auth import MAX_ITERATIONS, Credentials
-from greenpool.wire.link import LinkOptions, connect, establishment_deadline, handshake_completed
+from greenpool.wire.connector import connect, establishment_deadline, handshake_completed
+from greenpool.wire.link import LinkOptions
 from tests.events import AllEvents
 from tests.fake_scram import FakeScramServer
 from tests.fake_server import MORE_TO_COME, OP_MSG, FakeServer, Raw, Request, block, op_msg

@@ -26,7 +26,8 @@ from pymongo.errors import (
     ServerSelectionTimeoutError,
 )
 
-from greenpool.wire.link import Link, LinkOptions, connect
+from greenpool.wire.connector import connect
+from greenpool.wire.link import Link, LinkOptions
 from greenpool.wire.messages import (
     MORE_TO_COME,
     OP_MSG,

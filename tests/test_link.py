@@ -43,8 +43,9 @@ import greenpool
 from greenpool import Pool, PoolClearedError
 from greenpool.errors import AuthenticationError
 from greenpool.wire.auth import Credentials
+from greenpool.wire.connector import connect, handshake_completed, make_connector
 from greenpool.wire.handshake import MIN_WIRE_VERSION
-from greenpool.wire.link import Link, LinkOptions, connect, handshake_completed, make_connector
+from greenpool.wire.link import Link, LinkOptions
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -525,7 +526,8 @@ _UNPATCHED = textwrap.dedent(
     import ssl, sys, time
     import gevent
     from gevent import monkey
-    from greenpool.wire.link import LinkOptions, connect
+    from greenpool.wire.connector import connect
+    from greenpool.wire.link import LinkOptions
 
     host, port, app_name, cafile = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
     assert not monkey.is_module_patched("socket") and not monkey.is_module_patched("ssl")

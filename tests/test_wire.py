@@ -36,6 +36,7 @@ from pymongo.errors import (
 from pymongo.errors import ProtocolError as PyMongoProtocolError
 
 from greenpool.errors import ConfigurationError, ProtocolError
+from greenpool.wire import compression, replies
 from greenpool.wire import messages as wire
 
 ALL_COMPRESSORS = ["noop", "snappy", "zlib", "zstd"]
@@ -225,7 +226,7 @@ def test_compressed_command_over_the_maximum_message_size() -> None:
     # noop adds OP_COMPRESSED's 9-byte prefix to a message that just fits.
     with pytest.raises(DocumentTooLarge):
         wire.encode_command(
-            command, "db", compressor=wire.Compressor("noop"), max_message_size=limit
+            command, "db", compressor=compression.Compressor("noop"), max_message_size=limit
         )
 
 
@@ -384,13 +385,13 @@ def test_corrupted_messages_only_raise_protocol_error() -> None:
 
 @pytest.mark.parametrize("name", ALL_COMPRESSORS)
 def test_compressed_command_round_trip(name: str) -> None:
-    compressor = wire.Compressor(name)
+    compressor = compression.Compressor(name)
     command = {"find": "c", "filter": {"x": "y" * 500}}
     request_id, data = wire.encode_command(command, "db", compressor=compressor)
     header = wire.parse_header(data)
     assert header.op_code == wire.OP_COMPRESSED
     original, size, compressor_id = struct.unpack_from("<iiB", data, 16)
-    assert (original, compressor_id) == (wire.OP_MSG, wire.COMPRESSOR_IDS[name])
+    assert (original, compressor_id) == (wire.OP_MSG, compression.COMPRESSOR_IDS[name])
     assert size == len(wire.encode_command(command, "db")[1]) - 16
     message = wire.decode_message(header, data[16:])
     assert message.request_id == request_id
@@ -407,7 +408,7 @@ def test_compressed_reply_from_another_implementation(compressor_id: int) -> Non
 
 @pytest.mark.parametrize("level", range(-1, 10))
 def test_zlib_levels(level: int) -> None:
-    compressor = wire.Compressor("zlib", zlib_level=level)
+    compressor = compression.Compressor("zlib", zlib_level=level)
     _, data = wire.encode_command(
         {"find": "c", "filter": {"x": "y" * 500}}, "db", compressor=compressor
     )
@@ -417,12 +418,12 @@ def test_zlib_levels(level: int) -> None:
 @pytest.mark.parametrize("level", [-2, 10, True, 6.0, "6"])
 def test_bad_zlib_levels(level: Any) -> None:
     with pytest.raises(ConfigurationError, match="zlibCompressionLevel"):
-        wire.Compressor("zlib", zlib_level=level)
+        compression.Compressor("zlib", zlib_level=level)
 
 
 def test_unknown_compressor_name() -> None:
     with pytest.raises(ConfigurationError, match="unknown compressor 'lz4'"):
-        wire.Compressor("lz4")
+        compression.Compressor("lz4")
 
 
 SPEC_NO_COMPRESSION = [
@@ -434,14 +435,14 @@ SPEC_NO_COMPRESSION = [
 @pytest.mark.parametrize("name", [*SPEC_NO_COMPRESSION, "ismaster", "HELLO", "SASLSTART"])
 @pytest.mark.parametrize("compressor", ["zlib", "zstd"])
 def test_commands_never_compressed(name: str, compressor: str) -> None:
-    _, data = wire.encode_command({name: 1}, "admin", compressor=wire.Compressor(compressor))
+    _, data = wire.encode_command({name: 1}, "admin", compressor=compression.Compressor(compressor))
     assert wire.parse_header(data).op_code == wire.OP_MSG
-    assert not wire.may_compress(name)
+    assert not compression.may_compress(name)
 
 
 def test_no_compression_list_is_the_specs() -> None:
-    assert {name.lower() for name in SPEC_NO_COMPRESSION} == wire.NO_COMPRESSION
-    assert wire.may_compress("find") and wire.may_compress("helloWorld")
+    assert {name.lower() for name in SPEC_NO_COMPRESSION} == compression.NO_COMPRESSION
+    assert compression.may_compress("find") and compression.may_compress("helloWorld")
 
 
 def test_unknown_compressor_id() -> None:
@@ -452,7 +453,7 @@ def test_unknown_compressor_id() -> None:
 
 def test_compressor_not_installed_for_a_reply(monkeypatch: pytest.MonkeyPatch) -> None:
     data = op_compressed(op_msg_body(body_section({"ok": 1})), 3)
-    monkeypatch.setattr(wire, "_zstd", None)
+    monkeypatch.setattr(compression, "_zstd", None)
     with pytest.raises(ProtocolError, match="uses zstd, but zstandard is not installed"):
         decode(data)
 
@@ -534,12 +535,12 @@ def test_decode_refuses_an_unknown_opcode_in_a_hand_made_header() -> None:
 
 
 def test_negotiation_takes_the_clients_first_choice_the_server_offers() -> None:
-    chosen = wire.negotiate_compressor(["zstd", "zlib", "snappy"], ["snappy", "zlib"])
-    assert chosen == wire.Compressor("zlib")
+    chosen = compression.negotiate_compressor(["zstd", "zlib", "snappy"], ["snappy", "zlib"])
+    assert chosen == compression.Compressor("zlib")
 
 
 def test_negotiation_passes_the_zlib_level() -> None:
-    chosen = wire.negotiate_compressor(["zlib"], ["zlib"], zlib_level=9)
+    chosen = compression.negotiate_compressor(["zlib"], ["zlib"], zlib_level=9)
     assert chosen is not None and chosen.zlib_level == 9
 
 
@@ -548,44 +549,45 @@ def test_negotiation_passes_the_zlib_level() -> None:
     [(["zlib"], ["snappy"]), (["zlib"], []), (["zlib"], None), ([], ["zlib"])],
 )
 def test_negotiation_without_a_common_compressor(client: list[str], server: Any) -> None:
-    assert wire.negotiate_compressor(client, server) is None
+    assert compression.negotiate_compressor(client, server) is None
 
 
 def test_negotiation_checks_the_zlib_level_even_when_zlib_is_not_chosen() -> None:
     with pytest.raises(ConfigurationError, match="zlibCompressionLevel"):
-        wire.negotiate_compressor(["zstd"], ["zstd"], zlib_level=11)
+        compression.negotiate_compressor(["zstd"], ["zstd"], zlib_level=11)
 
 
 def test_missing_package_is_dropped_with_a_warning(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(wire, "_snappy", None)
+    monkeypatch.setattr(compression, "_snappy", None)
     with pytest.warns(UserWarning, match="'snappy' is ignored: install python-snappy"):
-        chosen = wire.negotiate_compressor(["snappy", "zlib"], ["snappy", "zlib"])
-    assert chosen == wire.Compressor("zlib")
-    assert not wire.compressor_available("snappy")
+        chosen = compression.negotiate_compressor(["snappy", "zlib"], ["snappy", "zlib"])
+    assert chosen == compression.Compressor("zlib")
+    assert not compression.compressor_available("snappy")
 
 
 def test_missing_zstd_is_dropped_with_a_warning(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(wire, "_zstd", None)
+    monkeypatch.setattr(compression, "_zstd", None)
     with pytest.warns(UserWarning, match="'zstd' is ignored: install zstandard"):
-        assert wire.usable_compressors(["zstd", "zlib"]) == ["zlib"]
+        assert compression.usable_compressors(["zstd", "zlib"]) == ["zlib"]
 
 
 def test_unknown_client_compressor_is_dropped_with_a_warning() -> None:
     with pytest.warns(UserWarning, match="unsupported compressor 'lz4'"):
-        assert wire.usable_compressors(["lz4", "zlib"]) == ["zlib"]
-    assert not wire.compressor_available("lz4")
+        assert compression.usable_compressors(["lz4", "zlib"]) == ["zlib"]
+    assert not compression.compressor_available("lz4")
 
 
 def test_installed_compressors_raise_no_warning() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert wire.usable_compressors(["snappy", "zlib", "zstd"]) == ["snappy", "zlib", "zstd"]
+        assert compression.usable_compressors(["snappy", "zlib", "zstd"]) == [
+            "snappy", "zlib", "zstd"]
 
 
 def test_compressor_needs_its_package(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(wire, "_snappy", None)
+    monkeypatch.setattr(compression, "_snappy", None)
     with pytest.raises(ConfigurationError, match="needs the python-snappy package"):
-        wire.Compressor("snappy")
+        compression.Compressor("snappy")
 
 
 # -- check_reply -------------------------------------------------------------------------
@@ -597,13 +599,13 @@ SPEC_SHUTDOWN_CODES = {11600, 91}
 
 
 def test_state_change_codes_are_the_specs() -> None:
-    assert wire.NOT_PRIMARY_CODES == SPEC_NOT_PRIMARY_CODES | SPEC_RECOVERING_CODES
-    assert wire.SHUTDOWN_CODES == SPEC_SHUTDOWN_CODES
+    assert replies.NOT_PRIMARY_CODES == SPEC_NOT_PRIMARY_CODES | SPEC_RECOVERING_CODES
+    assert replies.SHUTDOWN_CODES == SPEC_SHUTDOWN_CODES
 
 
 def test_ok_reply_is_returned_as_is() -> None:
     reply = {"ok": 1.0, "n": 2}
-    assert wire.check_reply(reply) is reply
+    assert replies.check_reply(reply) is reply
 
 
 def test_command_error() -> None:
@@ -615,7 +617,7 @@ def test_command_error() -> None:
         "errorLabels": ["SomeLabel"],
     }
     with pytest.raises(OperationFailure) as caught:
-        wire.check_reply(reply)
+        replies.check_reply(reply)
     error = caught.value
     assert type(error) is OperationFailure
     assert error.code == 59
@@ -629,7 +631,7 @@ def test_command_error() -> None:
 def test_not_primary_codes(code: int) -> None:
     reply = {"ok": 0, "errmsg": "whatever", "code": code, "errorLabels": ["RetryableWriteError"]}
     with pytest.raises(NotPrimaryError) as caught:
-        wire.check_reply(reply)
+        replies.check_reply(reply)
     assert caught.value.details == reply
     assert caught.value.has_error_label("RetryableWriteError")
 
@@ -639,15 +641,15 @@ def test_not_primary_codes(code: int) -> None:
 )
 def test_not_primary_messages_without_a_code(message: str) -> None:
     with pytest.raises(NotPrimaryError):
-        wire.check_reply({"ok": 0, "errmsg": message})
+        replies.check_reply({"ok": 0, "errmsg": message})
 
 
 def test_a_code_outranks_the_message() -> None:
     with pytest.raises(OperationFailure) as caught:
-        wire.check_reply({"ok": 0, "errmsg": "not master", "code": 2})
+        replies.check_reply({"ok": 0, "errmsg": "not master", "code": 2})
     assert not isinstance(caught.value, NotPrimaryError)
-    assert not wire.is_state_change_error(2, "node is recovering")
-    assert wire.is_state_change_error(None, "node is recovering")
+    assert not replies.is_state_change_error(2, "node is recovering")
+    assert replies.is_state_change_error(None, "node is recovering")
 
 
 @pytest.mark.parametrize(
@@ -662,21 +664,21 @@ def test_a_code_outranks_the_message() -> None:
 )
 def test_specific_operation_failures(code: int, error_class: type[OperationFailure]) -> None:
     with pytest.raises(error_class) as caught:
-        wire.check_reply({"ok": 0, "errmsg": "e", "code": code})
+        replies.check_reply({"ok": 0, "errmsg": "e", "code": code})
     assert caught.value.code == code
 
 
 def test_error_without_errmsg() -> None:
     with pytest.raises(OperationFailure, match="command failed"):
-        wire.check_reply({"ok": 0})
+        replies.check_reply({"ok": 0})
 
 
 def test_reply_without_ok() -> None:
     with pytest.raises(OperationFailure, match="legacy failure") as caught:
-        wire.check_reply({"$err": "legacy failure", "code": 13})
+        replies.check_reply({"$err": "legacy failure", "code": 13})
     assert caught.value.code == 13
     with pytest.raises(OperationFailure, match="no 'ok' field"):
-        wire.check_reply({})
+        replies.check_reply({})
 
 
 WCE_REPLY = {
@@ -689,7 +691,7 @@ WCE_REPLY = {
 
 def test_write_concern_error() -> None:
     with pytest.raises(WriteConcernError) as caught:
-        wire.check_reply(WCE_REPLY)
+        replies.check_reply(WCE_REPLY)
     error = caught.value
     assert type(error) is WriteConcernError
     assert error.code == 64
@@ -703,16 +705,16 @@ def test_write_concern_error() -> None:
 )
 def test_write_concern_timeout(wce: dict[str, Any]) -> None:
     with pytest.raises(WTimeoutError):
-        wire.check_reply({"ok": 1, "writeConcernError": wce})
+        replies.check_reply({"ok": 1, "writeConcernError": wce})
 
 
 def test_write_concern_error_left_in_the_reply_on_request() -> None:
-    assert wire.check_reply(WCE_REPLY, raise_write_concern_error=False) is WCE_REPLY
+    assert replies.check_reply(WCE_REPLY, raise_write_concern_error=False) is WCE_REPLY
 
 
 def test_command_error_outranks_a_write_concern_error() -> None:
     with pytest.raises(OperationFailure) as caught:
-        wire.check_reply({**WCE_REPLY, "ok": 0, "errmsg": "boom", "code": 2})
+        replies.check_reply({**WCE_REPLY, "ok": 0, "errmsg": "boom", "code": 2})
     assert not isinstance(caught.value, WriteConcernError)
 
 
@@ -787,7 +789,7 @@ def test_query_failure_reply_raises_through_check_reply() -> None:
     reply = decode_op_reply(data)
     assert reply.flags & wire.QUERY_FAILURE
     with pytest.raises(OperationFailure, match="no such command") as caught:
-        wire.check_reply(reply.command_reply())
+        replies.check_reply(reply.command_reply())
     assert caught.value.code == 59
 
 

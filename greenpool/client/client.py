@@ -75,8 +75,9 @@ from greenpool.errors import ConfigurationError, ProtocolError
 from greenpool.pool.pool import Connection, Pool, PoolStats, Purpose
 from greenpool.wire.auth import MECHANISMS as LINK_MECHANISMS
 from greenpool.wire.auth import Credentials as LinkCredentials
+from greenpool.wire.connector import connect, make_connector
 from greenpool.wire.handshake import check_hello_fields
-from greenpool.wire.link import Link, LinkOptions, connect, make_connector
+from greenpool.wire.link import Link, LinkOptions
 from greenpool.wire.messages import check_database_name, next_request_id
 
 __all__ = ["Client", "ReadPreferenceLike"]

@@ -47,7 +47,7 @@ from pymongo.errors import (
 from pymongo.errors import WaitQueueTimeoutError as _PyMongoWaitQueueTimeoutError
 
 from greenpool.errors import PoolClearedError
-from greenpool.wire.messages import SHUTDOWN_CODES, is_state_change_error
+from greenpool.wire.replies import SHUTDOWN_CODES, is_state_change_error
 
 __all__ = ["IGNORE", "ErrorContext", "Phase", "Verdict", "check_failed", "judge"]
 

@@ -41,7 +41,7 @@ from greenpool.client.topologylog import log_event
 from greenpool.errors import ProtocolError
 from greenpool.pool.pool import Connection, Pool
 from greenpool.pool.waitqueue import Alarm, WaitQueue, WaitTimedOut
-from greenpool.wire.link import handshake_completed
+from greenpool.wire.connector import handshake_completed
 
 __all__ = ["Checker", "Monitor", "Topology"]
 

@@ -11,41 +11,45 @@ Secret('***')
 PyMongo's URI parser does the parsing and the validation: case-insensitive
 option names, percent-decoding, conflicting options (the Load Balancer spec's
 URI validation among them) and, for ``mongodb+srv://``, the SRV and TXT
-lookups through dnspython. This module turns its result into typed settings,
-keeps secrets out of every ``repr()``, ``str()`` and message, builds the TLS
-context, and makes PyMongo's complaints greenpool's: errors are
-:class:`~greenpool.ConfigurationError`, and a warning about an ignored value
-names the option and the value as written.
+lookups through dnspython (:mod:`greenpool.client.uriparser` runs it). This
+module turns its result into typed settings, keeps secrets out of every
+``repr()``, ``str()`` and message, and makes PyMongo's complaints greenpool's:
+errors are :class:`~greenpool.ConfigurationError`, and a warning about an
+ignored value names the option and the value as written.
+
+What lives here: the public face (:func:`parse_uri`, :func:`redact_uri`,
+:func:`uri_secrets`, :class:`InvalidURIError`), the settings types
+(:class:`ClientSettings`, :class:`Credentials`, :class:`Secret`), and turning
+PyMongo's validated options into them. What must not: running PyMongo's
+parser and its warnings (:mod:`greenpool.client.uriparser`), finding and
+hiding secrets in the string as written (:mod:`greenpool.client.uritext`),
+loading TLS files (:mod:`greenpool.client.tlscontext`), and anything that
+connects.
 """
 
 from __future__ import annotations
 
-import difflib
-import functools
 import hmac
 import os
-import re
 import ssl
-import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Final
-from urllib.parse import unquote_plus
 
-import gevent.lock
-import pymongo
-from pymongo import common as _pymongo_common
 from pymongo import errors as _pymongo_errors
 from pymongo.read_preferences import _ServerMode
 
-try:  # PyMongo 4.12 and later
-    from pymongo.synchronous.uri_parser import parse_uri as _pymongo_parse_uri
-except ImportError:  # PyMongo 4.9 to 4.11
-    from pymongo.uri_parser import parse_uri as _pymongo_parse_uri
-
 from greenpool.address import Address
 from greenpool.client import readpref
+from greenpool.client.tlscontext import tls_context
+from greenpool.client.uriparser import (
+    reemit,
+    run_pymongo_parser,
+    split_unknown_options,
+    warn_unknown,
+)
+from greenpool.client.uritext import WrittenURI, hide_secrets, looks_secret, secret_property
 from greenpool.errors import ConfigurationError
 from greenpool.pool.options import PoolOptions
 
@@ -60,13 +64,6 @@ DEFAULT_CONNECT_TIMEOUT: Final = 20.0
 # Mechanisms whose users live outside MongoDB: their authSource is "$external".
 _EXTERNAL_MECHANISMS = frozenset({"GSSAPI", "MONGODB-X509", "MONGODB-AWS", "MONGODB-OIDC"})
 _PASSWORD_MECHANISMS = frozenset({"SCRAM-SHA-1", "SCRAM-SHA-256", "PLAIN"})
-
-# authMechanismProperties whose values may be shown (PyMongo's repr shows
-# these); every other one (AWS_SESSION_TOKEN, anything unknown) is hidden.
-_SHOWN_MECHANISM_PROPERTIES = frozenset({
-    "ALLOWED_HOSTS", "CANONICALIZE_HOST_NAME", "ENVIRONMENT", "SERVICE_HOST", "SERVICE_NAME",
-    "SERVICE_REALM", "TOKEN_RESOURCE",
-})
 
 # Options that turn TLS on when tls is not given (as PyMongo's client does), by
 # PyMongo's lower-case key, with the name a message shows.
@@ -85,22 +82,6 @@ _SRV_HINT = (
     " (for mongodb+srv:// the hosts come from DNS SRV records, and authSource,"
     " replicaSet and loadBalanced may come from a TXT record)"
 )
-
-_PYMONGO_DIR = os.path.dirname(pymongo.__file__)
-
-# The option names PyMongo knows, in lower case (its lookup is case-insensitive).
-_KNOWN_OPTIONS: frozenset[str] = frozenset(_pymongo_common.URI_OPTIONS_VALIDATOR_MAP)
-# In PyMongo's order, which decides between equally near misses.
-_KNOWN_OPTIONS_IN_ORDER = tuple(_pymongo_common.URI_OPTIONS_VALIDATOR_MAP)
-# Unknown options are warned about one by one up to this many, then in one
-# summary warning: a connection string with thousands of them (a generated
-# or hostile one) costs neither a warning nor a near-miss search for each.
-_UNKNOWN_OPTION_WARNINGS = 20
-
-# warnings.catch_warnings swaps process-wide state, and an SRV lookup yields to
-# other greenlets in the middle of it: two parses interleaving would restore
-# each other's filters. This keeps greenpool's own parses one at a time.
-_PARSE_LOCK = gevent.lock.Semaphore()
 
 
 class InvalidURIError(ConfigurationError, _pymongo_errors.InvalidURI):
@@ -258,44 +239,15 @@ class ClientSettings:
         """
         if not self.tls:
             return None
-        # PROTOCOL_TLS_CLIENT starts out verifying certificates and host names.
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-        self._load_trust(context)
-        self._load_identity(context)
-        if self.tls_allow_invalid_hostnames or self.tls_allow_invalid_certificates:
-            context.check_hostname = False
-        if self.tls_allow_invalid_certificates:
-            context.verify_mode = ssl.CERT_NONE
-        return context
-
-    def _load_trust(self, context: ssl.SSLContext) -> None:
-        ca_file, crl_file = self.tls_ca_file, self.tls_crl_file
-        if ca_file:
-            _load_tls_file("tlsCAFile", ca_file, lambda: context.load_verify_locations(ca_file))
-        else:
-            context.load_default_certs()
-        if crl_file:
-            _load_tls_file("tlsCRLFile", crl_file, lambda: context.load_verify_locations(crl_file))
-            context.verify_flags |= ssl.VERIFY_CRL_CHECK_LEAF
-
-    def _load_identity(self, context: ssl.SSLContext) -> None:
-        path = self.tls_certificate_key_file
-        if not path:
-            return
-        secret = self.tls_certificate_key_file_password
-
-        def password() -> str:
-            # Without a callback OpenSSL would ask for the passphrase on the
-            # terminal, which hangs a server process.
-            if secret is None:
-                raise ConfigurationError(
-                    f"tlsCertificateKeyFile {path!r} holds an encrypted key: "
-                    "give its passphrase as tlsCertificateKeyFilePassword"
-                )
-            return secret.reveal()
-
-        _load_tls_file("tlsCertificateKeyFile", path,
-                       lambda: context.load_cert_chain(path, password=password))
+        password = self.tls_certificate_key_file_password
+        return tls_context(
+            ca_file=self.tls_ca_file,
+            crl_file=self.tls_crl_file,
+            certificate_key_file=self.tls_certificate_key_file,
+            certificate_key_file_password=password.reveal() if password is not None else None,
+            allow_invalid_hostnames=self.tls_allow_invalid_hostnames,
+            allow_invalid_certificates=self.tls_allow_invalid_certificates,
+        )
 
 
 def parse_uri(uri: str) -> ClientSettings:
@@ -319,14 +271,14 @@ with loadBalanced=true
     """
     if not isinstance(uri, str):
         raise ConfigurationError(f"a connection string must be a str, not {type(uri).__name__}")
-    written = _Written.of(uri)
+    written = WrittenURI.of(uri)
     # PyMongo looks for near misses of each unknown option (a difflib search
     # over every option name, milliseconds each): greenpool takes them out
     # first and warns about them itself, so parsing stays linear.
-    known_only, unknown = _split_unknown_options(uri)
-    outcome, caught = _run_pymongo_parser(known_only)
-    _warn_unknown(unknown, written)
-    _reemit(caught, written)
+    known_only, unknown = split_unknown_options(uri)
+    outcome, caught = run_pymongo_parser(known_only)
+    warn_unknown(unknown, written)
+    reemit(caught, written)
     if isinstance(outcome, Exception):
         # Raised here, outside the handler, so that PyMongo's unredacted
         # exception does not ride along as __context__.
@@ -334,82 +286,8 @@ with loadBalanced=true
     return _settings(outcome)
 
 
-def _run_pymongo_parser(
-    uri: str,
-) -> tuple[dict[str, Any] | Exception, list[warnings.WarningMessage]]:
-    with _PARSE_LOCK, warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            return _pymongo_parse_uri(uri, validate=True, warn=True, normalize=True), caught
-        except (_pymongo_errors.ConfigurationError, ValueError, TypeError, OSError) as exc:
-            # OSError: PyMongo opens the TLS files a connection string names.
-            return exc, caught
-
-
-def _split_unknown_options(uri: str) -> tuple[str, list[tuple[str, str]]]:
-    """``uri`` without the options PyMongo does not know, and those options
-    (name and value as written). A connection string whose structure is in
-    doubt (no '/' before the options, mixed separators, an item that is not
-    one ``name=value``) keeps them, for PyMongo to judge."""
-    scheme, sep, rest = uri.partition("://")
-    host_part, slash, path_part = rest.partition("/")
-    database, question, query = path_part.partition("?")
-    if not (sep and slash and question) or ("&" in query and ";" in query):
-        return uri, []
-    delimiter = "&" if "&" in query else ";"
-    kept, unknown = [], []
-    for item in query.split(delimiter):
-        name, equals, value = item.partition("=")
-        # PyMongo looks names up as written, in lower case.
-        if equals and "=" not in value and name.lower() not in _KNOWN_OPTIONS:
-            unknown.append((name, value))
-        else:
-            kept.append(item)
-    if not unknown:
-        return uri, []
-    options = f"?{delimiter.join(kept)}" if kept else ""
-    return f"{scheme}://{host_part}/{database}{options}", unknown
-
-
-def _warn_unknown(unknown: list[tuple[str, str]], written: _Written) -> None:
-    """Warn about unknown options as PyMongo does (the last of repeated ones)."""
-    last = {name.lower(): (name, value) for name, value in unknown}
-    for index, (name, value) in enumerate(last.values()):
-        if index == _UNKNOWN_OPTION_WARNINGS:
-            warnings.warn(
-                f"{len(last) - index} more unknown options in the connection string are "
-                "ignored too", UserWarning, stacklevel=4)
-            return
-        text = f"Unknown option: {name.lower()}."  # as PyMongo names it
-        suggestions = difflib.get_close_matches(name.lower(), _KNOWN_OPTIONS_IN_ORDER,
-                                                cutoff=0.2)
-        if suggestions:
-            text += (f" Did you mean one of ({', '.join(suggestions)}) or maybe a camelCase "
-                     "version of one? Refer to docstring.")
-        shown = f"{unquote_plus(name)}={unquote_plus(value)!r}"
-        warnings.warn(written.redact(f"{text} (connection string option {shown})"),
-                      UserWarning, stacklevel=4)
-
-
-def _reemit(caught: list[warnings.WarningMessage], written: _Written) -> None:
-    seen: set[tuple[str, type[Warning]]] = set()
-    for record in caught:
-        if not record.filename.startswith(_PYMONGO_DIR) and record.filename != __file__:
-            # Another greenlet's warning, caught while a DNS lookup yielded.
-            warnings.warn_explicit(record.message, record.category, record.filename,
-                                   record.lineno, source=record.source)
-            continue
-        # Some PyMongo versions validate the options twice, and a repeated
-        # option is reported at each repetition: say each thing once.
-        message = str(record.message)
-        if (message, record.category) in seen:
-            continue
-        seen.add((message, record.category))
-        warnings.warn(written.describe(message), record.category, stacklevel=3)
-
-
 def _configuration_error(
-    failure: Exception, written: _Written, *, srv: bool
+    failure: Exception, written: WrittenURI, *, srv: bool
 ) -> ConfigurationError:
     if isinstance(failure, OSError) and failure.filename is not None:
         path = os.fsdecode(failure.filename)
@@ -543,152 +421,15 @@ def _secret(value: str | None) -> Secret | None:
     return None if value is None else Secret(value)
 
 
-def _looks_secret(name: str) -> bool:
-    # By name, so that a misspelt password option is hidden too.
-    lowered = name.lower()
-    return any(word in lowered for word in ("pass", "pasw", "pwd", "secret", "token"))
-
-
 def _conceal(name: str, value: Any) -> Any:
     """``value`` with what looks secret in it wrapped in a :class:`Secret`."""
     if name == "authmechanismproperties" and isinstance(value, Mapping):
         return MappingProxyType({
-            key: Secret(item) if isinstance(item, str) and _secret_property(key) else item
+            key: Secret(item) if isinstance(item, str) and secret_property(key) else item
             for key, item in value.items()})
-    if isinstance(value, str) and _looks_secret(name):
+    if isinstance(value, str) and looks_secret(name):
         return Secret(value)
     return value
-
-
-def _load_tls_file(option: str, path: str, load: Callable[[], object]) -> None:
-    try:
-        load()
-    except ssl.SSLError as exc:
-        what = ("a PEM file with a certificate and its private key, or the wrong "
-                "tlsCertificateKeyFilePassword" if option == "tlsCertificateKeyFile"
-                else "a PEM file of certificates")
-        raise ConfigurationError(
-            f"{option} {path!r} could not be loaded: not {what} ({exc.reason or exc})"
-        ) from None
-    except FileNotFoundError:
-        raise ConfigurationError(f"{option} {path!r} does not exist") from None
-    except OSError as exc:
-        reason = exc.strerror or exc
-        raise ConfigurationError(f"{option} {path!r} cannot be read: {reason}") from None
-
-
-@dataclass(frozen=True)
-class _Written:
-    """The connection string as written, for messages only.
-
-    PyMongo does the parsing; this finds the option a PyMongo message is
-    about, and the secrets that no message may show.
-    """
-
-    options: tuple[tuple[str, str], ...]
-    secrets: tuple[str, ...]
-
-    @classmethod
-    def of(cls, uri: str) -> _Written:
-        raw = tuple(_raw_options(uri))
-        decoded = tuple((unquote_plus(name), unquote_plus(value)) for name, value in raw)
-        candidates = {*_password_pieces(uri), *_secret_values(raw), *_secret_values(decoded)}
-        # Longest first, so that a secret containing another is hidden whole.
-        secrets = sorted((s for s in candidates if s), key=len, reverse=True)
-        return cls(decoded, tuple(secrets))
-
-    def redact(self, text: str) -> str:
-        """``text`` with every secret replaced by ``***``."""
-        for secret in self.secrets:
-            if secret not in text:
-                continue  # the common case, and much cheaper than the search
-            # Whole words only: hiding "pass" inside "password" would tell
-            # the reader what the password is.
-            text = re.sub(rf"(?<!\w){re.escape(secret)}(?!\w)", "***", text)
-        return text
-
-    def describe(self, message: str) -> str:
-        """A PyMongo message about the options, naming the option it is about once,
-        quoted as written (``name='value'``)."""
-        option = self._option_in(message)
-        if option is not None:
-            name, value = option
-            # PyMongo names the option lower-cased ("maxpoolsize must be ..."): quote it
-            # there, as written, rather than a second time at the end.
-            quoted = f"{name}={value!r}"
-            named = re.sub(rf"(?<!\w){re.escape(name)}(?!\w)", lambda _: quoted, message,
-                           count=1, flags=re.IGNORECASE)
-            if named == message:  # not named, or spelled out: say which option it is
-                named = f"{message} (connection string option {quoted})"
-            message = named
-        return self.redact(message)
-
-    @functools.cached_property
-    def _known_options(self) -> dict[str, tuple[str, str]]:
-        # The options PyMongo's messages can be about (it never sees the
-        # unknown ones), by lower-case name; PyMongo keeps the last of
-        # repeated options, so does this.
-        return {name.lower(): (name, value) for name, value in self.options
-                if name.lower() in _KNOWN_OPTIONS}
-
-    def option_holding(self, value: str) -> str | None:
-        """The name of the option whose value is ``value``."""
-        return next((name for name, given in self.options if given == value), None)
-
-    def _option_in(self, message: str) -> tuple[str, str] | None:
-        # PyMongo's messages name the option ("maxidletimems must be ..."),
-        # or spell it out ("Malformed auth mechanism properties"), or name
-        # only the value ("bogus is not a valid read preference"). The
-        # earliest mention wins, then the longest, then a name over a value.
-        lowered = message.lower()
-        squeezed = re.sub(r"[\s_]", "", lowered)
-        hits: list[tuple[int, int, int, tuple[str, str]]] = []
-        for key, (name, value) in self._known_options.items():
-            hits.append((_find_word(lowered, key), -len(key), 0, (name, value)))
-            if len(key) > 3:  # a short name ("w") would be found in any squeezed text
-                hits.append((squeezed.find(key), -len(key), 0, (name, value)))
-            hits.extend((_find_word(message, needle), -len(needle), 1, (name, value))
-                        for needle in _value_needles(value))
-        found = [hit for hit in hits if hit[0] >= 0]
-        return min(found)[-1] if found else None
-
-
-def _value_needles(value: str) -> set[str]:
-    # A list ("zstd,snappy") or key:value pairs ("SERVICE_NAME:x") is quoted
-    # by its parts.
-    items = value.split(",")
-    return {value, *items, *(item.partition(":")[0] for item in items)} - {""}
-
-
-def _raw_options(uri: str) -> Iterable[tuple[str, str]]:
-    for item in re.split("[&;]", uri.partition("?")[2]):
-        name, _, value = item.partition("=")
-        if name:
-            yield name, value
-
-
-def _password_pieces(uri: str) -> list[str]:
-    # Everything between the user name and the last '@' may be password. An
-    # unescaped '/' or '?' in it makes PyMongo cut the URI inside the password
-    # and quote a piece of it in an error, so the pieces are secret too.
-    userinfo, at, _ = uri.partition("://")[2].rpartition("@")
-    password = userinfo.partition(":")[2] if at else ""
-    return [password, unquote_plus(password), *re.split("[/?#]", password)]
-
-
-def _secret_values(options: Iterable[tuple[str, str]]) -> Iterable[str]:
-    for name, value in options:
-        if _looks_secret(name):
-            yield value
-        elif name.lower() == "authmechanismproperties":
-            for item in value.split(","):
-                key, _, secret = item.partition(":")
-                if _secret_property(key):
-                    yield secret
-
-
-def _secret_property(key: str) -> bool:
-    return _looks_secret(key) or unquote_plus(key).upper() not in _SHOWN_MECHANISM_PROPERTIES
 
 
 def uri_secrets(uri: str) -> tuple[str, ...]:
@@ -698,7 +439,7 @@ def uri_secrets(uri: str) -> tuple[str, ...]:
     (tlsCertificateKeyFilePassword, anything named like a password, secret
     or token) and of authMechanismProperties other than the ones PyMongo
     shows (AWS_SESSION_TOKEN among them)."""
-    return _Written.of(uri).secrets
+    return WrittenURI.of(uri).secrets
 
 
 def redact_uri(uri: str) -> str:
@@ -711,53 +452,4 @@ def redact_uri(uri: str) -> str:
     >>> redact_uri("mongodb://ann:Sup3r/x@db/?authMechanismProperties=AWS_SESSION_TOKEN:t0k")
     'mongodb://ann:***@db/?authMechanismProperties=AWS_SESSION_TOKEN:***'
     """
-    scheme, sep, rest = uri.partition("://")
-    if not sep:
-        return "<not a mongodb:// URI>"  # it could be anything, a password included
-    at = _userinfo_end(rest)
-    if at != -1:
-        user, colon, _ = rest[:at].partition(":")
-        if colon:
-            rest = f"{user}:***{rest[at:]}"
-    head, question, query = rest.partition("?")
-    if question:
-        query = "".join(_redact_option(item) for item in re.split("([&;])", query))
-    # Then the secrets as words wherever they are, should the string be
-    # malformed enough to hide one from the structure above.
-    return _Written.of(uri).redact(f"{scheme}://{head}{question}{query}")
-
-
-def _userinfo_end(rest: str) -> int:
-    """Where the user information of ``rest`` (the URI after ``://``) ends: its last '@'."""
-    authority_end = len(rest)
-    for mark in "/?":
-        index = rest.find(mark)
-        if index != -1:
-            authority_end = min(authority_end, index)
-    at = rest.rfind("@", 0, authority_end)
-    if at != -1:
-        return at
-    # An unescaped '/' or '?' in the password ends the authority inside it:
-    # then the user information may reach as far as the last '@'.
-    return rest.rfind("@")
-
-
-def _redact_option(item: str) -> str:
-    name, equals, value = item.partition("=")
-    if not equals:
-        return item
-    if _looks_secret(unquote_plus(name)):
-        return f"{name}=***"
-    if unquote_plus(name).lower() != "authmechanismproperties":
-        return item
-    shown = []
-    for part in value.split(","):
-        key, colon, _ = part.partition(":")
-        shown.append(f"{key}:***" if colon and _secret_property(key) else
-                     part if colon else "***")
-    return f"{name}={','.join(shown)}"
-
-
-def _find_word(text: str, word: str) -> int:
-    match = re.search(rf"(?<!\w){re.escape(word)}(?!\w)", text) if word else None
-    return match.start() if match else -1
+    return hide_secrets(uri)

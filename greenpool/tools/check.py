@@ -220,7 +220,7 @@ def run_check(
 
 
 def _establish(address: Any, options: Any) -> tuple[Link, list[tuple[str, float]]]:
-    """:func:`greenpool.wire.link.connect`, one step at a time: the link and each step's name
+    """:func:`greenpool.wire.connector.connect`, one step at a time: the link and each step's name
     and seconds (only the steps that ran)."""
     steps: list[tuple[str, float]] = []
     host, port = address

@@ -39,7 +39,8 @@ from pathlib import Path
 from urllib.parse import quote
 
 from greenpool.errors import ConfigurationError
-from greenpool.wire.link import LinkOptions, connect
+from greenpool.wire.connector import connect
+from greenpool.wire.link import LinkOptions
 
 __all__ = ["EmbeddedServer", "free_port", "secantusd_executable"]
 

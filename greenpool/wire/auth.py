@@ -41,7 +41,8 @@ from pymongo.errors import InvalidName, OperationFailure
 from pymongo.saslprep import saslprep
 
 from greenpool.errors import AuthenticationError, ConfigurationError
-from greenpool.wire.messages import check_database_name, check_reply
+from greenpool.wire.messages import check_database_name
+from greenpool.wire.replies import check_reply
 
 __all__ = [
     "MAX_ITERATIONS",

@@ -5,7 +5,8 @@ through the MongoDB handshake and authentication, and carries one command at
 a time::
 
     from greenpool import Pool
-    from greenpool.wire.link import LinkOptions, make_connector
+    from greenpool.wire.connector import make_connector
+    from greenpool.wire.link import LinkOptions
 
     options = LinkOptions(app_name="billing", compressors=("zstd", "zlib"))
     pool = Pool(("db.example.com", 27017), {"maxPoolSize": 10},
@@ -13,6 +14,16 @@ a time::
     pool.ready()
     with pool.checkout() as conn:
         reply = conn.transport.command("shop", {"find": "orders", "filter": {}})
+
+What lives here: :class:`LinkOptions`, and :class:`Link` with its own steps
+(:meth:`Link.open`, :meth:`Link.handshake`, :meth:`Link.authenticate`), its
+round trips (one request at a time; exhaust streams) and how it breaks and
+closes. What must not: opening sockets (:mod:`greenpool.wire.sockets`),
+encoding and decoding messages (:mod:`greenpool.wire.messages`), the
+establishment's deadline and the pool connector
+(:mod:`greenpool.wire.connector`), anything of the client layer.
+:meth:`Link.command` is the hot path of every operation: no extra call
+layers on it.
 
 Cooperative without monkey-patching. Every byte goes through
 :mod:`gevent.socket` and :mod:`gevent.ssl`, never the standard library's
@@ -22,7 +33,7 @@ the program called ``gevent.monkey.patch_all()``. A standard library
 SSL socket, which only needs the context's C-level ``_wrap_socket``.
 
 Errors. A command the server refused raises PyMongo's own errors (see
-:func:`greenpool.wire.messages.check_reply`) and leaves the link usable. Anything that
+:func:`greenpool.wire.replies.check_reply`) and leaves the link usable. Anything that
 leaves the stream in an unknown state (a network error, a timeout, a closed
 socket, a malformed message, a kill such as ``gevent.Timeout`` or
 ``GreenletExit`` landing mid-request) *breaks* the link: it is closed at
@@ -35,9 +46,6 @@ link broken because it was interrupted (:meth:`Link.interrupt`, or the pool's
 ``clear(interrupt_in_use_connections=True)``) raises
 ``greenpool.PoolClearedError.interrupted(address)`` instead, which is
 retryable and must not mark the server Unknown.
-
-Establishment errors (:func:`connect`, :func:`make_connector`) additionally
-say whether the handshake had completed; see :func:`handshake_completed`.
 """
 
 from __future__ import annotations
@@ -50,59 +58,32 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-import gevent
 from bson.objectid import ObjectId
-from gevent import socket as gsocket
-from gevent import ssl as gssl
-from gevent.monkey import get_original
 from pymongo.errors import AutoReconnect, NetworkTimeout
 
 from greenpool.address import Address, format_address, parse_address
 from greenpool.errors import ConfigurationError, NotMongoDBError, PoolClearedError, ProtocolError
 from greenpool.pool.pool import Connection
 from greenpool.wire.auth import Credentials, ScramConversation, authenticate, handshake_fields
+from greenpool.wire.compression import Compressor, negotiate_compressor, usable_compressors
 from greenpool.wire.handshake import check_app_name, check_hello_reply, hello_command
 from greenpool.wire.messages import (
     DEFAULT_MAX_MESSAGE_SIZE,
     HEADER_SIZE,
-    Compressor,
     Message,
-    check_reply,
-    check_reply_fields,
     decode_message,
     decode_reply,
     encode_command,
     encode_query,
-    negotiate_compressor,
     parse_header,
     parse_reply_header,
-    usable_compressors,
 )
+from greenpool.wire.replies import check_reply, check_reply_fields
+from greenpool.wire.sockets import STDLIB_SSL_CONTEXT, EstablishmentTimedOut, open_socket
 
-__all__ = [
-    "HANDSHAKE_COMPLETED",
-    "Link",
-    "LinkOptions",
-    "connect",
-    "establishment_deadline",
-    "handshake_completed",
-    "make_connector",
-]
+__all__ = ["Link", "LinkOptions"]
 
 _R = TypeVar("_R")
-
-# The standard library's context class, even under monkey-patching (which
-# replaces ssl.SSLContext with gevent's subclass): both kinds are accepted.
-_STDLIB_SSL_CONTEXT: type[ssl.SSLContext] = get_original("ssl", "SSLContext")
-
-#: The attribute :func:`connect` sets on every exception it raises (not on kills).
-HANDSHAKE_COMPLETED = "handshake_completed"
-
-# TCP keepalive caps, in seconds. Operating systems default to two hours of
-# idle time before the first probe, while firewalls and cloud load balancers
-# drop flows that have been silent for a few minutes: a pool's idle
-# connections would die unnoticed. Lower values already set are kept.
-_KEEPALIVE_CAPS = (("TCP_KEEPIDLE", 120), ("TCP_KEEPINTVL", 10), ("TCP_KEEPCNT", 9))
 
 
 def _check_timeout(name: str, value: object) -> None:
@@ -156,7 +137,7 @@ class LinkOptions:
     def __post_init__(self) -> None:
         _check_timeout("connect_timeout", self.connect_timeout)
         _check_timeout("socket_timeout", self.socket_timeout)
-        if self.ssl_context is not None and not isinstance(self.ssl_context, _STDLIB_SSL_CONTEXT):
+        if self.ssl_context is not None and not isinstance(self.ssl_context, STDLIB_SSL_CONTEXT):
             raise ConfigurationError(
                 f"ssl_context must be an ssl.SSLContext, not {type(self.ssl_context).__name__}"
             )
@@ -181,15 +162,12 @@ class _PeerClosed(Exception):
     """The server closed the connection (recv returned no bytes)."""
 
 
-class _EstablishmentTimedOut(TimeoutError):
-    """The whole establishment (connect, TLS, hello, authentication) ran past its deadline."""
-
-
 class Link:
     """One socket to one server, through the handshake: a pool's transport.
 
-    Make links with :func:`connect` or a pool connector from
-    :func:`make_connector`; :meth:`open` and :meth:`handshake` are the steps
+    Make links with :func:`greenpool.wire.connector.connect` or a pool
+    connector from :func:`~greenpool.wire.connector.make_connector`;
+    :meth:`open`, :meth:`handshake` and :meth:`authenticate` are the steps
     they take. A link carries one request at a time; see the module
     docstring for its errors.
     """
@@ -249,10 +227,9 @@ class Link:
         or :class:`pymongo.errors.NetworkTimeout` naming the address.
         """
         address = parse_address(address)
-        try:
-            sock = _open_socket(address, options)
-        except OSError as exc:
-            raise _establishment_error(address, exc, options.connect_timeout) from exc
+        sock = open_socket(
+            address, options.connect_timeout, options.ssl_context, options.server_hostname
+        )
         return cls(sock, address, options, connection=connection)
 
     # -- what callers read -----------------------------------------------------------------
@@ -411,7 +388,7 @@ class Link:
         ``timeout`` bounds this round trip (seconds; default: the options'
         ``socket_timeout``). ``request_id`` is the message's requestID (by
         default a fresh one), for callers that publish it in events first.
-        The reply has passed :func:`~greenpool.wire.messages.check_reply`: a refused
+        The reply has passed :func:`~greenpool.wire.replies.check_reply`: a refused
         command raises PyMongo's error and the link stays usable.
 
         ``exhaust_allowed`` lets the server answer with a stream: if the reply
@@ -512,7 +489,7 @@ class Link:
             # Closed under us by close() in another greenlet (whatever the
             # socket raised then), or by the server.
             error = AutoReconnect(f"{where}: connection closed")
-        elif isinstance(exc, _EstablishmentTimedOut):
+        elif isinstance(exc, EstablishmentTimedOut):
             error = NetworkTimeout(f"{where}: {exc}")
         elif isinstance(exc, TimeoutError):
             what = f"timed out after {timeout * 1000:g} ms" if timeout is not None else exc
@@ -644,230 +621,3 @@ def _check_response_to(actual: int, expected: tuple[int, ...]) -> None:
         wanted = " or ".join(str(request_id) for request_id in expected)
         raise ProtocolError(f"got a reply to message {actual}; expected one to {wanted}")
 
-
-# -- sockets -------------------------------------------------------------------------------
-
-
-def _open_socket(address: Address, options: LinkOptions) -> Any:
-    host, port = address
-    if port is None:
-        sock = _open_unix(host, options.connect_timeout)
-    else:
-        sock = _open_tcp(host, port, options.connect_timeout)
-    if options.ssl_context is None:
-        sock.settimeout(None)
-        return sock
-    hostname = options.server_hostname or (host if port is not None else None)
-    if hostname is None and options.ssl_context.check_hostname:
-        sock.close()
-        raise ConfigurationError(
-            f"TLS to the Unix socket {host!r} checks the certificate's hostname: "
-            "set server_hostname, or use a context whose check_hostname is False"
-        )
-    return _start_tls(sock, options.ssl_context, hostname, options.connect_timeout)
-
-
-def _open_unix(path: str, timeout: float | None) -> Any:
-    sock = gsocket.socket(gsocket.AF_UNIX, gsocket.SOCK_STREAM)
-    try:
-        sock.settimeout(timeout)
-        sock.connect(path)
-    except BaseException:
-        sock.close()
-        raise
-    return sock
-
-
-def _open_tcp(host: str, port: int, timeout: float | None) -> Any:
-    """Connect to the first address ``host`` resolves to that accepts."""
-    with gevent.Timeout(timeout, TimeoutError(f"resolving {host!r} timed out")):
-        candidates = gsocket.getaddrinfo(host, port, gsocket.AF_UNSPEC, gsocket.SOCK_STREAM)
-    last_error: OSError | None = None
-    for family, kind, proto, _, sockaddr in candidates:
-        try:
-            return _connect_tcp(family, kind, proto, sockaddr, timeout)
-        except _EstablishmentTimedOut:
-            raise  # the whole establishment's time is up: no other address
-        except OSError as exc:
-            last_error = exc
-    raise last_error or OSError(f"{host!r} resolved to no address")
-
-
-def _connect_tcp(family: int, kind: int, proto: int, sockaddr: Any, timeout: float | None) -> Any:
-    sock = gsocket.socket(family, kind, proto)
-    try:
-        sock.settimeout(timeout)
-        # Requests are small and each waits for its reply: Nagle's algorithm
-        # would only delay them.
-        sock.setsockopt(gsocket.IPPROTO_TCP, gsocket.TCP_NODELAY, 1)
-        _set_keepalive(sock)
-        sock.connect(sockaddr)
-    except BaseException:
-        sock.close()
-        raise
-    return sock
-
-
-def _set_keepalive(sock: Any) -> None:
-    sock.setsockopt(gsocket.SOL_SOCKET, gsocket.SO_KEEPALIVE, 1)
-    for name, cap in _KEEPALIVE_CAPS:
-        option = getattr(gsocket, name, None)
-        if option is None:
-            continue  # not on this platform
-        # Some platforms define the constant but refuse to read or set it.
-        with contextlib.suppress(OSError):
-            if sock.getsockopt(gsocket.IPPROTO_TCP, option) > cap:
-                sock.setsockopt(gsocket.IPPROTO_TCP, option, cap)
-
-
-def _start_tls(
-    sock: Any, context: ssl.SSLContext, hostname: str | None, timeout: float | None
-) -> Any:
-    """TLS over ``sock`` with ``context``, cooperatively.
-
-    gevent's SSLSocket drives any ``ssl.SSLContext`` (a gevent one's
-    ``wrap_socket`` builds exactly this), so a standard library context,
-    made before or without monkey-patching, still does its I/O through gevent.
-    """
-    try:
-        tls = gssl.SSLSocket(
-            sock=sock, server_hostname=hostname, do_handshake_on_connect=False, _context=context
-        )
-    except BaseException:
-        sock.close()  # on failure gevent leaves the socket with us
-        raise
-    try:
-        tls.settimeout(timeout)
-        tls.do_handshake()
-        tls.settimeout(None)
-    except BaseException:
-        tls.close()
-        raise
-    return tls
-
-
-def _establishment_error(address: Address, exc: OSError, timeout: float | None) -> Exception:
-    where = format_address(address)
-    if isinstance(exc, _EstablishmentTimedOut):
-        return NetworkTimeout(f"{where}: {exc}")
-    if isinstance(exc, TimeoutError):
-        limit = "no limit" if timeout is None else f"connectTimeoutMS: {timeout * 1000:g}"
-        return NetworkTimeout(f"{where}: {exc} ({limit})")
-    if isinstance(exc, ssl.SSLError):
-        return AutoReconnect(f"{where}: TLS handshake failed: {exc}")
-    return AutoReconnect(f"{where}: {exc}")
-
-
-# -- establishing ---------------------------------------------------------------------------
-
-
-def handshake_completed(error: BaseException) -> bool:
-    """Whether an error from :func:`connect` (or a connector from
-    :func:`make_connector`) came after the handshake completed.
-
-    False for errors while resolving, connecting, in TLS, or in the hello
-    itself (including a refused hello, an incompatible server, a missing
-    ``serviceId``): the Load Balancer spec forbids SDAM error handling for
-    those. True for errors after the hello reply was accepted (authentication):
-    in load-balanced mode they clear only the connection's service
-    (``conn.service_id`` is already set). False for any error that did not
-    come from establishing a link.
-    """
-    return getattr(error, HANDSHAKE_COMPLETED, False) is True
-
-
-def establishment_deadline(options: LinkOptions, deadline: float | None = None) -> float | None:
-    """The :func:`time.monotonic` time by which a new link must be
-    established (connected, through TLS, the hello and authentication), or
-    None for no limit.
-
-    ``deadline``, when given, wins: it is how an operation's own time limit
-    (timeoutMS) bounds the connection it waits for. Otherwise it is
-    ``options.connect_timeout`` (connectTimeoutMS) from now, so a server that
-    accepts TCP and then never answers cannot hang a checkout, whatever
-    socketTimeoutMS says.
-    """
-    if deadline is not None:
-        return deadline
-    if options.connect_timeout is None:
-        return None
-    return time.monotonic() + options.connect_timeout
-
-
-def connect(
-    address: Address | str,
-    options: LinkOptions,
-    *,
-    connection: Connection[Any] | None = None,
-    deadline: float | None = None,
-) -> Link:
-    """Open a link, run the handshake and authenticate: an established link.
-
-    The whole establishment is bounded by :func:`establishment_deadline`
-    (connectTimeoutMS, or ``deadline``, a :func:`time.monotonic` time, when
-    given); past it, :class:`pymongo.errors.NetworkTimeout` naming the
-    address. Each step keeps its own limit too (connectTimeoutMS for
-    connecting and TLS, socketTimeoutMS for each round trip).
-
-    With ``connection`` (a pending pool connection) in load-balanced mode,
-    the connection takes its serviceId and that service's generation from the
-    hello reply before authentication, so an authentication failure is
-    attributed to its service and judged by that generation.
-
-    On any failure the socket is closed. Every exception raised (not kills)
-    carries the attribute ``handshake_completed`` (read it with
-    :func:`handshake_completed`).
-    """
-    completed = False
-    link: Link | None = None
-    given = deadline is not None
-    deadline = establishment_deadline(options, deadline)
-    limit = None if deadline is None else deadline - time.monotonic()
-    if given or options.connect_timeout is None:
-        bound = "the operation's deadline"
-    else:
-        bound = f"connectTimeoutMS: {options.connect_timeout * 1000:g}"
-    timed_out = _EstablishmentTimedOut(f"connection establishment timed out ({bound})")
-    try:
-        if limit is not None and limit <= 0:
-            raise timed_out
-        # One timer for every step, whichever yields (DNS, TCP, TLS, the
-        # hello, authentication, key derivation in the threadpool).
-        with gevent.Timeout(limit, timed_out):
-            link = Link.open(address, options, connection=connection)
-            link.handshake()
-            completed = True
-            if connection is not None and options.load_balanced:
-                connection.handshake_done(link.service_id)
-            link.authenticate()
-    except Exception as error:
-        if link is not None:
-            link.close()
-        if error is timed_out:
-            # Between steps, where no link turned it into a network error.
-            error = NetworkTimeout(f"{format_address(parse_address(address))}: {timed_out}")
-            setattr(error, HANDSHAKE_COMPLETED, completed)
-            raise error from timed_out
-        setattr(error, HANDSHAKE_COMPLETED, completed)
-        raise
-    except BaseException:
-        if link is not None:
-            link.close()
-        raise
-    return link
-
-
-def make_connector(options: LinkOptions) -> Callable[[Connection[Link]], Link]:
-    """A pool connector that establishes a :class:`Link` for each pending connection.
-
-    >>> pool = Pool(address, connector=make_connector(LinkOptions()))  # doctest: +SKIP
-
-    Errors are :func:`connect`'s; the pool closes the connection and passes
-    the error to its ``on_establish_error`` handler, where
-    :func:`handshake_completed` tells SDAM what to do.
-    """
-
-    def connector(conn: Connection[Link]) -> Link:
-        return connect(conn.address, options, connection=conn)
-
-    return connector

@@ -1,8 +1,9 @@
-"""The MongoDB wire protocol without sockets: OP_MSG, OP_COMPRESSED, and the
-legacy OP_QUERY/OP_REPLY pair that the initial handshake still uses.
+"""MongoDB's messages without sockets: OP_MSG, OP_COMPRESSED, and the legacy
+OP_QUERY/OP_REPLY pair that the initial handshake still uses.
 
-Everything here turns documents into bytes and bytes into documents, so a
-connection drives it with whatever transport it has, and tests need none::
+What lives here: the message framing. Everything turns documents into bytes
+and bytes into documents, so a connection drives it with whatever transport
+it has, and tests need none::
 
     request_id, data = encode_command({"ping": 1}, "admin", compressor=compressor)
     sock.sendall(data)
@@ -11,80 +12,57 @@ connection drives it with whatever transport it has, and tests need none::
         header, recv_exactly(header.length - HEADER_SIZE), max_message_size=limit
     )
     assert message.response_to == request_id
-    reply = check_reply(message.document)
+    reply = check_reply(message.document)  # greenpool.wire.replies
 
 A malformed message raises :class:`greenpool.errors.ProtocolError`: the
-stream can no longer be trusted and the connection must be closed. A command
-the server refused raises PyMongo's own errors from :func:`check_reply`, so
-``except OperationFailure``, ``NotPrimaryError`` and ``has_error_label()``
-work as they do with PyMongo.
+stream can no longer be trusted and the connection must be closed.
+
+What must not: sockets and I/O (:mod:`greenpool.wire.link`), the compressors
+themselves (:mod:`greenpool.wire.compression`; OP_COMPRESSED's framing is
+here, its payload is theirs), and what a reply means
+(:mod:`greenpool.wire.replies`). It imports nothing of greenpool but
+:mod:`greenpool.errors` and :mod:`greenpool.wire.compression`.
 """
 
 from __future__ import annotations
 
-import importlib
 import itertools
 import struct
-import warnings
-import zlib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
-from types import ModuleType
-from typing import Any, NoReturn, TypeVar
+from typing import Any
 
 import bson
 from bson.codec_options import DEFAULT_CODEC_OPTIONS, CodecOptions
 from bson.errors import InvalidBSON
-from pymongo.errors import (
-    CursorNotFound,
-    DocumentTooLarge,
-    DuplicateKeyError,
-    ExecutionTimeout,
-    InvalidName,
-    NotPrimaryError,
-    OperationFailure,
-    WriteConcernError,
-    WTimeoutError,
-)
-from pymongo.helpers_shared import _NOT_PRIMARY_CODES, _SHUTDOWN_CODES
+from pymongo.errors import DocumentTooLarge, InvalidName
 
-from greenpool.errors import ConfigurationError, ProtocolError
+from greenpool.errors import ProtocolError
+from greenpool.wire.compression import Compressor, decompress, may_compress
 
 __all__ = [
     "CHECKSUM_PRESENT",
-    "COMPRESSOR_IDS",
     "DEFAULT_MAX_MESSAGE_SIZE",
     "EXHAUST_ALLOWED",
     "HEADER_SIZE",
     "MORE_TO_COME",
-    "NOT_PRIMARY_CODES",
-    "NO_COMPRESSION",
     "OP_COMPRESSED",
     "OP_MSG",
     "OP_QUERY",
     "OP_REPLY",
     "QUERY_FAILURE",
-    "SHUTDOWN_CODES",
-    "Compressor",
     "LegacyReply",
     "Message",
     "MessageHeader",
     "check_database_name",
-    "check_reply",
-    "check_reply_fields",
-    "compressor_available",
     "decode_message",
     "decode_reply",
     "encode_command",
     "encode_query",
-    "is_state_change_error",
-    "may_compress",
-    "negotiate_compressor",
     "next_request_id",
     "pack_header",
     "parse_header",
     "parse_reply_header",
-    "usable_compressors",
 ]
 
 OP_REPLY = 1
@@ -110,58 +88,6 @@ _INT32 = struct.Struct("<i")
 # OP_COMPRESSED's prefix: originalOpcode, uncompressedSize, compressorId.
 _COMPRESSED_PREFIX = struct.Struct("<iiB")
 _INT32_MAX = 2**31 - 1
-
-#: The compression spec's compressor ids.
-COMPRESSOR_IDS: Mapping[str, int] = {"noop": 0, "snappy": 1, "zlib": 2, "zstd": 3}
-_COMPRESSOR_NAMES = {value: name for name, value in COMPRESSOR_IDS.items()}
-# What to install for a compressor that is not in the standard library.
-_PACKAGES = {"snappy": "python-snappy", "zstd": "zstandard"}
-
-#: Commands the compression spec forbids compressing (lowercased first key):
-#: the handshake and everything that carries credentials.
-NO_COMPRESSION = frozenset(
-    {
-        "hello",
-        "ismaster",
-        "saslstart",
-        "saslcontinue",
-        "getnonce",
-        "authenticate",
-        "createuser",
-        "updateuser",
-        "copydbsaslstart",
-        "copydbgetnonce",
-        "copydb",
-    }
-)
-
-#: The SDAM spec's "not writable primary" and "node is recovering" codes.
-NOT_PRIMARY_CODES: frozenset[int] = _NOT_PRIMARY_CODES
-#: The SDAM spec's "node is shutting down" codes (a subset of NOT_PRIMARY_CODES).
-SHUTDOWN_CODES: frozenset[int] = _SHUTDOWN_CODES
-
-# Codes PyMongo raises a more specific OperationFailure for; keeping its
-# classes lets `except DuplicateKeyError` and `error.timeout` work unchanged.
-_ERROR_CLASSES: Mapping[int, type[OperationFailure]] = {
-    11000: DuplicateKeyError,
-    11001: DuplicateKeyError,
-    12582: DuplicateKeyError,
-    50: ExecutionTimeout,
-    43: CursorNotFound,
-}
-
-
-def _optional(module: str) -> ModuleType | None:
-    try:
-        return importlib.import_module(module)
-    except ImportError:
-        return None
-
-
-# Looked up at call time (not bound into closures) so that tests can take a
-# compressor away by setting these to None.
-_snappy = _optional("snappy")
-_zstd = _optional("zstandard")
 
 # A process-wide counter: next() on itertools.count is atomic under the GIL,
 # and gevent never switches inside it.
@@ -222,179 +148,7 @@ def _unpack_header(data: bytes | bytearray, max_message_size: int) -> MessageHea
     return header
 
 
-# -- compression ---------------------------------------------------------------------------
-
-
-def compressor_available(name: str) -> bool:
-    """Whether greenpool knows compressor ``name`` and its package is importable."""
-    if name in ("noop", "zlib"):
-        return True
-    if name == "snappy":
-        return _snappy is not None
-    if name == "zstd":
-        return _zstd is not None
-    return False
-
-
-def _check_zlib_level(level: int) -> None:
-    if isinstance(level, bool) or not isinstance(level, int) or not -1 <= level <= 9:
-        raise ConfigurationError(
-            f"zlibCompressionLevel must be an integer from -1 to 9, not {level!r}"
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class Compressor:
-    """A wire compressor: ``"noop"``, ``"snappy"``, ``"zlib"`` or ``"zstd"``.
-
-    >>> Compressor("zlib", zlib_level=6).compressor_id
-    2
-    """
-
-    name: str
-    #: zlib's level, -1 (zlib's default, 6) to 9; ignored by the others.
-    zlib_level: int = -1
-
-    def __post_init__(self) -> None:
-        if self.name not in COMPRESSOR_IDS:
-            known = ", ".join(COMPRESSOR_IDS)
-            raise ConfigurationError(f"unknown compressor {self.name!r} (expected one of {known})")
-        if not compressor_available(self.name):
-            raise ConfigurationError(
-                f"compressor {self.name!r} needs the {_PACKAGES[self.name]} package"
-            )
-        _check_zlib_level(self.zlib_level)
-
-    @property
-    def compressor_id(self) -> int:
-        """The id OP_COMPRESSED carries for this compressor."""
-        return COMPRESSOR_IDS[self.name]
-
-    def compress(self, data: bytes) -> bytes:
-        """Compress ``data`` the way the server expects (raw snappy, zlib stream, zstd frame)."""
-        if self.name == "zlib":
-            return zlib.compress(data, self.zlib_level)
-        if self.name == "snappy":
-            return bytes(_module(_snappy).compress(data))
-        if self.name == "zstd":
-            return bytes(_module(_zstd).ZstdCompressor().compress(data))
-        return data
-
-
-def _module(module: ModuleType | None) -> ModuleType:
-    # A Compressor is only built when its package is importable.
-    assert module is not None
-    return module
-
-
-def may_compress(command_name: str) -> bool:
-    """Whether the compression spec allows compressing the named command."""
-    return command_name.lower() not in NO_COMPRESSION
-
-
-def usable_compressors(names: Iterable[str]) -> list[str]:
-    """The compressors in ``names`` (a URI's ``compressors``) greenpool can use, in order.
-
-    Each one that is unknown, or whose package is not installed, is dropped
-    with a warning naming it.
-    """
-    usable = []
-    for name in names:
-        if name not in COMPRESSOR_IDS:
-            warnings.warn(f"unsupported compressor {name!r} is ignored", stacklevel=2)
-        elif not compressor_available(name):
-            warnings.warn(
-                f"compressor {name!r} is ignored: install {_PACKAGES[name]} to use it",
-                stacklevel=2,
-            )
-        else:
-            usable.append(name)
-    return usable
-
-
-def negotiate_compressor(
-    client: Iterable[str], server: Sequence[str] | None, *, zlib_level: int = -1
-) -> Compressor | None:
-    """The first of the client's compressors the server also offers, or None.
-
-    ``client`` is the URI's ``compressors`` list, in order of preference;
-    ``server`` is the hello reply's ``compression`` list. Client compressors
-    greenpool cannot use are dropped with a warning (see
-    :func:`usable_compressors`).
-
-    >>> negotiate_compressor(["zstd", "zlib"], ["zlib"]).name
-    'zlib'
-    """
-    _check_zlib_level(zlib_level)
-    offered = set(server or ())
-    for name in usable_compressors(client):
-        if name in offered:
-            return Compressor(name, zlib_level)
-    return None
-
-
-def _snappy_declared_length(data: bytes) -> int:
-    # A raw snappy block starts with its uncompressed length as a varint.
-    result = 0
-    for index, byte in enumerate(data[:5]):
-        result |= (byte & 0x7F) << (7 * index)
-        if not byte & 0x80:
-            return result
-    raise ProtocolError("snappy data has no valid length preamble")
-
-
-def _inflate_snappy(data: bytes, size: int) -> bytes:
-    # Check the declared size first: python-snappy allocates whatever it says.
-    declared = _snappy_declared_length(data)
-    if declared != size:
-        raise ProtocolError(f"snappy data declares {declared} bytes; the message declared {size}")
-    return bytes(_module(_snappy).uncompress(data))
-
-
-def _inflate_zlib(data: bytes, size: int) -> bytes:
-    inflater = zlib.decompressobj()
-    # Bounded, so a small bomb cannot allocate more than the declared size.
-    result = inflater.decompress(data, size + 1)
-    if len(result) == size and not (inflater.eof and not inflater.unused_data):
-        raise ProtocolError("zlib stream is truncated or followed by extra bytes")
-    return result
-
-
-def _inflate_zstd(data: bytes, size: int) -> bytes:
-    zstd = _module(_zstd)
-    declared = zstd.frame_content_size(data)
-    if declared not in (-1, size):  # -1: the frame does not say
-        raise ProtocolError(f"zstd frame declares {declared} bytes; the message declared {size}")
-    # A bounded read: decompress() would trust the frame's own size instead.
-    return bytes(zstd.ZstdDecompressor().stream_reader(data).read(size + 1))
-
-
-_INFLATERS: Mapping[str, Callable[[bytes, int], bytes]] = {
-    "noop": lambda data, size: data,
-    "snappy": _inflate_snappy,
-    "zlib": _inflate_zlib,
-    "zstd": _inflate_zstd,
-}
-
-
-def _decompress(compressor_id: int, data: bytes, size: int) -> bytes:
-    name = _COMPRESSOR_NAMES.get(compressor_id)
-    if name is None:
-        raise ProtocolError(f"OP_COMPRESSED has an unknown compressor id {compressor_id}")
-    if not compressor_available(name):
-        raise ProtocolError(f"OP_COMPRESSED uses {name}, but {_PACKAGES[name]} is not installed")
-    try:
-        result = _INFLATERS[name](data, size)
-    except ProtocolError:
-        raise
-    except Exception as exc:  # each library raises its own error types
-        raise ProtocolError(f"OP_COMPRESSED {name} data does not decompress: {exc}") from exc
-    if len(result) != size:
-        raise ProtocolError(
-            f"OP_COMPRESSED {name} data decompressed to {len(result)} bytes; "
-            f"the message declared {size}"
-        )
-    return result
+# -- OP_COMPRESSED ------------------------------------------------------------------------
 
 
 def _wrap(op_code: int, body: bytes, compressor: Compressor, request_id: int) -> bytes:
@@ -414,7 +168,7 @@ def _unwrap(body: bytes | bytearray, max_message_size: int) -> tuple[int, bytes]
             f"the maximum message size is {max_message_size}"
         )
     compressed = bytes(memoryview(body)[_COMPRESSED_PREFIX.size :])  # one copy
-    return op_code, _decompress(compressor_id, compressed, size)
+    return op_code, decompress(compressor_id, compressed, size)
 
 
 # -- OP_MSG --------------------------------------------------------------------------------
@@ -732,8 +486,8 @@ def decode_reply(
     """Decode the ``body`` (everything after the header) of an OP_REPLY.
 
     A QueryFailure reply (:data:`QUERY_FAILURE`) decodes like any other: its
-    document is ``{"$err": ..., "code": ...}``, which :func:`check_reply`
-    raises as an ``OperationFailure``.
+    document is ``{"$err": ..., "code": ...}``, which
+    :func:`~greenpool.wire.replies.check_reply` raises as an ``OperationFailure``.
 
     Raises :class:`ProtocolError` for a body whose size disagrees with the
     header, another opcode, a body too short for its prefix, a negative
@@ -780,105 +534,3 @@ def _reply_documents(
             raise ProtocolError(f"OP_REPLY holds invalid BSON: {exc}") from exc
         pos += size
     return documents
-
-
-# -- replies -------------------------------------------------------------------------------
-
-_Reply = TypeVar("_Reply", bound=Mapping[str, Any])
-
-
-def is_state_change_error(code: int | None, message: str) -> bool:
-    """Whether a command error is the SDAM spec's "not writable primary" or
-    "node is recovering": by its code when it has one, else by its message.
-    """
-    if code is not None:
-        return code in NOT_PRIMARY_CODES
-    return "not master" in message or "node is recovering" in message
-
-
-def check_reply(reply: _Reply, *, raise_write_concern_error: bool = True) -> _Reply:
-    """Return ``reply`` if the command succeeded; raise PyMongo's error if not.
-
-    ``ok: 0`` raises :class:`~pymongo.errors.NotPrimaryError` for the SDAM
-    spec's state-change errors (see :func:`is_state_change_error`; its
-    ``details`` is the reply, so ``details["code"]`` gives the code), else
-    :class:`~pymongo.errors.OperationFailure` (or PyMongo's subclass for the
-    code: ``DuplicateKeyError``, ``ExecutionTimeout``, ``CursorNotFound``)
-    with ``code`` and ``details``. Either way ``has_error_label()`` sees the
-    reply's ``errorLabels``.
-
-    A ``writeConcernError`` in a successful reply raises
-    :class:`~pymongo.errors.WriteConcernError` (``WTimeoutError`` for a
-    wtimeout) whose ``details`` is that error with the reply's
-    ``errorLabels``: the write happened but not as durably as asked, and
-    returning the reply would let that go unnoticed, as PyMongo does for
-    commands. Callers that aggregate per-write results themselves (bulk
-    writes, which need ``n`` and ``writeErrors`` too) pass
-    ``raise_write_concern_error=False`` and inspect the reply.
-    ``writeErrors`` are per-document results and are never raised here.
-    """
-    if "ok" not in reply:
-        message = str(reply.get("$err", "the server's reply has no 'ok' field"))
-        raise OperationFailure(message, reply.get("code"), reply)
-    if not reply["ok"]:
-        _raise_command_error(reply)
-    if raise_write_concern_error and reply.get("writeConcernError"):
-        _raise_write_concern_error(reply)
-    return reply
-
-
-def check_reply_fields(reply: Mapping[str, Any]) -> None:
-    """Refuse a reply whose error fields have types no server sends, raising
-    :class:`ProtocolError` naming the field: ``errorLabels`` (a list of
-    strings), ``code`` (an integer), ``writeConcernError`` (a document, with
-    an integer ``code`` and a document ``errInfo``). Such a reply would
-    otherwise make :func:`check_reply` raise a ``TypeError`` instead of
-    PyMongo's error."""
-    labels = reply.get("errorLabels")
-    if labels is not None and not (
-            isinstance(labels, list) and all(isinstance(label, str) for label in labels)):
-        _malformed("errorLabels", labels, "a list of strings")
-    _check_code("code", reply.get("code"))
-    concern = reply.get("writeConcernError")
-    if concern is not None:
-        if not isinstance(concern, Mapping):
-            _malformed("writeConcernError", concern, "a document")
-        _check_code("writeConcernError.code", concern.get("code"))
-        info = concern.get("errInfo")
-        if info is not None and not isinstance(info, Mapping):
-            _malformed("writeConcernError.errInfo", info, "a document")
-
-
-def _check_code(name: str, code: object) -> None:
-    if code is None:
-        return
-    if isinstance(code, bool) or not isinstance(code, int | float) or (
-            isinstance(code, float) and not code.is_integer()):
-        _malformed(name, code, "an integer")
-
-
-def _malformed(name: str, value: object, wanted: str) -> NoReturn:
-    shown = repr(value)
-    if len(shown) > 60:
-        shown = shown[:57] + "..."
-    raise ProtocolError(f"malformed reply: {name} must be {wanted}, not {shown}")
-
-
-def _raise_command_error(reply: Mapping[str, Any]) -> NoReturn:
-    message = str(reply.get("errmsg") or "command failed")
-    code = reply.get("code")
-    if is_state_change_error(code, message):
-        raise NotPrimaryError(message, dict(reply))
-    error_class = OperationFailure if code is None else _ERROR_CLASSES.get(code, OperationFailure)
-    raise error_class(message, code, reply)
-
-
-def _raise_write_concern_error(reply: Mapping[str, Any]) -> NoReturn:
-    error = dict(reply["writeConcernError"])
-    # Servers put the labels (RetryableWriteError...) at the top level.
-    if "errorLabels" in reply:
-        error["errorLabels"] = reply["errorLabels"]
-    message = str(error.get("errmsg") or "write concern error")
-    code = error.get("code")
-    timed_out = code == 50 or bool(error.get("errInfo", {}).get("wtimeout"))
-    raise (WTimeoutError if timed_out else WriteConcernError)(message, code, error)
