@@ -2,7 +2,7 @@
 
 Rules of this module: starting, addressing and stopping an embedded server process; no
 MongoDB protocol code of its own (it waits for the server with
-:func:`greenpool.wire.link.connect`).
+:func:`greenpool.wire.connector.connect`).
 
 :class:`EmbeddedServer` runs SecantusDB (``pip install greenpool[demo]``)
 as a child process on a free port of 127.0.0.1, in memory, and stops exactly
