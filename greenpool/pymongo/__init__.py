@@ -245,7 +245,7 @@ class GreenPool(Pool):
         if self.state != _READY:
             return
         held, new, conns = self._gp_held, self._gp_new, self.conns
-        while held:
+        while held.waiting:
             if conns:
                 held.deliver(conns.popleft())
             elif self._pending < self._max_connecting:
@@ -253,7 +253,7 @@ class GreenPool(Pool):
                 held.deliver(CREATE)
             else:
                 return
-        while new:
+        while new.waiting:
             if conns:
                 grant: Grant = conns.popleft()
             elif self.requests < self.max_pool_size and self._pending < self._max_connecting:
@@ -268,7 +268,7 @@ class GreenPool(Pool):
     def _gp_take_free(self) -> Grant | None:
         """A free idle connection or connection slot, with its permit; only
         when nobody queues (a newcomer never overtakes a waiter)."""
-        if self._gp_new or self._gp_held:
+        if self._gp_new.waiting or self._gp_held.waiting:
             return None
         grant: Grant
         if self.conns:
@@ -327,7 +327,7 @@ class GreenPool(Pool):
         self, checkout_started_time: float, handler: _ClientCheckout | None = None
     ) -> Connection:
         started = checkout_started_time
-        if self.state == _READY and not (self._gp_new or self._gp_held):
+        if self.state == _READY and not (self._gp_new.waiting or self._gp_held.waiting):
             # Fair turns, only where a checkout could take without queueing:
             # may yield once, before anything is checked, counted or held.
             self._gp_turns.take()
