@@ -1,0 +1,185 @@
+"""The package's layering, enforced: who may import whom, and no import cycles.
+
+greenpool is built in layers (docs/architecture.rst):
+
+- base: ``greenpool.errors``, ``greenpool.address`` and ``greenpool._version``;
+- ``greenpool.pool``: the pool core, with no socket code;
+- ``greenpool.wire``: the wire protocol, the handshake, authentication and sockets;
+- ``greenpool.client``: ``greenpool.Client``, its topology, operations, sessions and cursors;
+- ``greenpool.tools``: ``python -m greenpool check|server``, the demo, the embedded server;
+- beside the client, the PyMongo adapter ``greenpool.pymongo`` and the OpenTelemetry
+  instrumentation ``greenpool.otel``, which both build on the pool core only.
+
+Every import counts, including those inside functions: a lazy import is still a
+dependency, and a cycle hidden inside a function is still a cycle.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "greenpool"
+
+#: What each layer may import, besides itself. The top-level package (its public names)
+#: and ``__main__`` are the facade and may import anything.
+ALLOWED: dict[str, set[str]] = {
+    "base": set(),
+    "pool": {"base"},
+    "wire": {"base", "pool"},
+    "client": {"base", "pool", "wire"},
+    "tools": {"base", "pool", "wire", "client"},
+    "pymongo": {"base", "pool"},
+    "otel": {"base", "pool"},
+    "facade": {"base", "pool", "wire", "client", "tools", "pymongo", "otel"},
+}
+BASE = {"greenpool.errors", "greenpool.address", "greenpool._version"}
+FACADE = {"greenpool", "greenpool.__main__"}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def layer_of(module: str) -> str:
+    if module in BASE:
+        return "base"
+    if module in FACADE:
+        return "facade"
+    return module.split(".")[1]
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def imports_of(module: str, path: Path, known: set[str]) -> set[str]:
+    """The greenpool modules ``module`` imports, wherever the import statement sits."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            # ``from pkg import mod`` imports the module pkg.mod when there is one.
+            names = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base
+                     for alias in node.names]
+        else:
+            continue
+        found.update(name for name in names if name in known and name != module)
+    return found
+
+
+def graph() -> dict[str, set[str]]:
+    found = modules()
+    known = set(found)
+    return {module: imports_of(module, path, known) for module, path in found.items()}
+
+
+def test_every_module_belongs_to_a_known_layer() -> None:
+    unknown = {module for module in modules() if layer_of(module) not in ALLOWED}
+    assert not unknown, f"modules outside every layer: {sorted(unknown)}"
+
+
+def test_each_layer_imports_only_the_layers_below_it() -> None:
+    breaches = sorted(
+        f"{module} ({layer_of(module)}) imports {target} ({layer_of(target)})"
+        for module, targets in graph().items()
+        for target in targets
+        if layer_of(target) != layer_of(module)
+        and layer_of(target) not in ALLOWED[layer_of(module)]
+    )
+    assert not breaches, "\n".join(breaches)
+
+
+def test_the_pool_core_has_no_socket_code() -> None:
+    for path in (PACKAGE / "pool").glob("*.py"):
+        tree = ast.parse(path.read_text())
+        names = {alias.name for node in ast.walk(tree)
+                 if isinstance(node, (ast.Import, ast.ImportFrom))
+                 for alias in node.names} | {node.module for node in ast.walk(tree)
+                                              if isinstance(node, ast.ImportFrom) and node.module}
+        assert not names & {"socket", "ssl", "gevent.socket", "gevent.ssl", "select"}, path
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Every strongly connected component with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in edges[node]:
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(edges):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_there_are_no_import_cycles() -> None:
+    edges = graph()
+    # A package's __init__ importing its own modules is how public names are exported;
+    # a module of that package importing the package itself would be the cycle, and
+    # that edge stays in the graph.
+    for module in edges:
+        if (PACKAGE.parent / module.replace(".", "/") / "__init__.py").exists():
+            edges[module] = {target for target in edges[module]
+                             if not target.startswith(module + ".")}
+    assert cycles(edges) == []
+
+
+@pytest.mark.parametrize("edges, expected", [
+    ({"a": {"b"}, "b": {"a"}, "c": set()}, [["a", "b"]]),
+    ({"a": {"b"}, "b": {"c"}, "c": set()}, []),
+    ({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}, [["a", "b", "c"]]),
+])
+def test_the_cycle_finder_finds_cycles(edges: dict[str, set[str]],
+                                       expected: list[list[str]]) -> None:
+    assert cycles(edges) == expected
+
+
+def test_the_import_finder_sees_lazy_and_relative_imports(tmp_path: Path) -> None:
+    source = tmp_path / "mod.py"
+    source.write_text("def f():\n    from greenpool.client import cursor\n"
+                      "from . import errors\nimport greenpool.wire.link\n")
+    known = {"greenpool.client.cursor", "greenpool.errors", "greenpool.wire.link",
+             "greenpool.client"}
+    assert imports_of("greenpool.mod", source, known) == known - {"greenpool.client"}
+
+
+def test_the_architecture_page_names_every_module() -> None:
+    docs = PACKAGE.parent / "docs"
+    page = (docs / "architecture.rst").read_text()
+    assert "architecture" in (docs / "index.rst").read_text().split()
+    missing = sorted(f"{module} ({path.name})" for module, path in modules().items()
+                     if path.name != "__init__.py" and f"``{path.name}``" not in page
+                     and path.stem not in {"_version"})
+    assert not missing, f"docs/architecture.rst does not mention: {missing}"
