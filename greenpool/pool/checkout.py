@@ -2,8 +2,16 @@
 
 What lives here: :class:`_HotPath`, the piece of
 :class:`~greenpool.pool.pool.Pool` a connection passes through on every use,
-and the moves between the connection sets (create, retire). Its vocabulary,
-the only verbs for connections moving back and on:
+and the moves between the connection sets (create, retire). Its base
+``_CheckoutFailures`` (``failures.py``) reports the checkouts that fail.
+
+Fields: it owns the connection sets ``_available``, ``_in_use`` and
+``_pending``, the wait queue ``_queue``, ``_turns`` and ``_next_id``; it
+reads ``_state``, ``_generation`` and the option copies, reads
+``_filling`` (and drops a connection from it when it stops pending), and
+counts in ``_tally``.
+
+The verbs, the only ones for connections moving back and on:
 
 ``checkout`` / ``checkin``
     A caller takes a connection / is done with it; both report (flush)
@@ -51,14 +59,13 @@ from __future__ import annotations
 
 import os
 import time
-from typing import NoReturn, TypeVar
+from typing import TypeVar
 
 import gevent
 from pymongo.monitoring import ConnectionCheckOutFailedReason as _Failed
 from pymongo.monitoring import ConnectionClosedReason as _Closed
 
-from greenpool.address import format_address
-from greenpool.errors import PoolClearedError, PoolClosedError, WaitQueueTimeoutError
+from greenpool.errors import PoolClearedError, PoolClosedError
 from greenpool.pool.connection import (
     Connection,
     ConnectionState,
@@ -68,7 +75,7 @@ from greenpool.pool.connection import (
     close_quietly,
     perished,
 )
-from greenpool.pool.fields import _PoolFields
+from greenpool.pool.failures import _CheckoutFailures
 from greenpool.pool.forking import real_thread_id
 from greenpool.pool.poolstate import PoolState
 from greenpool.pool.waitqueue import WaitTimedOut
@@ -80,7 +87,7 @@ T = TypeVar("T", bound=Transport)
 _now = time.monotonic
 
 
-class _HotPath(_PoolFields[T]):
+class _HotPath(_CheckoutFailures[T]):
     """Checkout, checkin and handoff: see the module docstring."""
 
     # -- checkout ---------------------------------------------------------------
@@ -394,68 +401,3 @@ class _HotPath(_PoolFields[T]):
 
     def _total(self) -> int:
         return len(self._available) + len(self._in_use) + len(self._pending)
-
-    # -- when a checkout fails ------------------------------------------------------
-
-    def _refusal(self) -> BaseException | None:
-        if self._state is PoolState.READY:
-            return None
-        if self._state is PoolState.CLOSED:
-            return PoolClosedError(self.address)
-        if self._generation == 0:
-            return PoolClearedError.not_ready(self.address)
-        return PoolClearedError.cleared(self.address, self._clear_cause)
-
-    def _fail_checkout(
-        self, started: float, error: BaseException, reason: str | None = None
-    ) -> NoReturn:
-        if reason is None:
-            closed = isinstance(error, PoolClosedError)
-            reason = _Failed.POOL_CLOSED if closed else _Failed.CONN_ERROR
-        detail = error if reason == _Failed.CONN_ERROR else None
-        waited = _now() - started
-        self._count_failed_request(waited, reason)
-        self._events.checkout_failed(reason, waited, detail)
-        self._events.flush()
-        raise error
-
-    def _report_killed_checkout(self, started: float, kill: BaseException) -> None:
-        """Report a checkout ended by a kill, without yielding: a yield here
-        would let another exception (the greenlet's own timeout) replace it."""
-        reason = _Failed.TIMEOUT if isinstance(kill, gevent.Timeout) else _Failed.CONN_ERROR
-        waited = _now() - started
-        self._count_failed_request(waited, reason)
-        self._events.checkout_failed(reason, waited, None)
-        self._events.flush_later()
-
-    def _count_failed_request(self, waited: float, reason: str | None) -> None:
-        tally = self._tally
-        tally.requests_errors += 1
-        tally.requests_wait_s += waited
-        if reason == _Failed.TIMEOUT:
-            tally.requests_timeouts += 1
-
-    def _timeout_error(self, started: float) -> WaitQueueTimeoutError:
-        stats = self.stats()
-        waited = _now() - started
-        if self.options.load_balanced:
-            counts = stats.in_use_by_purpose
-            text = (
-                "Timeout waiting for connection from the connection pool. "
-                f"maxPoolSize: {stats.max_pool_size}, "
-                f"connections in use by cursors: {counts['cursor']}, "
-                f"connections in use by transactions: {counts['transaction']}, "
-                f"connections in use by other operations: {counts['other']}"
-            )
-        else:
-            text = (
-                f"{WaitQueueTimeoutError.message} {format_address(self.address)} after "
-                f"{waited * 1000:.0f} ms (maxPoolSize: {stats.max_pool_size}, in use: "
-                f"{stats.in_use}, available: {stats.available}, pending: {stats.pending}, "
-                f"waiting: {stats.waiting})"
-            )
-        return WaitQueueTimeoutError(
-            self.address, text, waited=waited, max_pool_size=stats.max_pool_size,
-            in_use=stats.in_use, in_use_by_purpose=dict(stats.in_use_by_purpose),
-            available=stats.available, pending=stats.pending, waiting=stats.waiting,
-        )

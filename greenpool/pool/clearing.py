@@ -10,11 +10,13 @@ establishing greenlets.
 
 What lives here: :class:`_Clearing`, the pool's piece that owns
 ``_generation`` and ``_clear_cause`` (the fork reset bumps the generation
-too), ``is_stale``, ``clear`` and the interruptions.
+too), ``is_stale``, ``clear`` and the interruptions. A clear also pauses the
+pool (``_state``), fails the waiters in ``_queue``, and marks connections of
+``_in_use`` and ``_pending`` interrupted.
 
-What must not live here: closing connections (the pieces that meet a stale
-connection retire it) and waiting: a clear never yields before its events
-are flushed by ``_settle``. Imports: the pool core only.
+What must not live here: retiring connections (the pieces that meet a
+stale connection retire it) and waiting: nothing in a clear yields before
+its final ``_settle`` flushes what it reported. Imports: the pool core only.
 """
 
 from __future__ import annotations

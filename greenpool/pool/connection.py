@@ -9,9 +9,10 @@ Go's ``connectionPerished``: they say why a connection must close and change
 nothing; the pool acts on them.
 
 What must not live here: any change to a pool's sets, counts or events. A
-connection only calls its pool's public checkin (or the unflushed
-``_checkin``) and the serviceId map's ``_take_service_generation``. The pool
-fields are imported for the type checker only.
+connection calls only its pool's checkin (``_checkin`` and a later flush
+while an exception propagates) and the serviceId map's
+``_take_service_generation``. The pool's fields are imported for the type
+checker only.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ in its own module:
 piece               job
 ==================  ===================================================
 ``checkout.py``     the hot path: checkout, checkin, handoff to waiters
+``failures.py``     how a checkout fails (the hot path's base)
 ``maintenance.py``  establishment, the background run and its fill
 ``clearing.py``     generations, clear, interruption
 ``services.py``     the serviceId map (load-balanced mode)
@@ -16,9 +17,9 @@ piece               job
 
 What lives here: :class:`_PoolFields`, the base of every piece. It declares
 the fields (``__init__`` in ``pool.py`` sets them all), says which piece
-owns each (the only one that assigns it, apart from the fork reset, which
-starts the whole pool afresh) and which pieces touch it, and declares, for
-the type checker only, the methods the pieces call on each other.
+owns each (makes its changes) and which others touch it, and declares, for
+the type checker only, the methods the pieces call on each other. One piece
+touches everything: the fork reset (``forking.py``) starts the pool afresh.
 
 What must not live here: behaviour. Nothing in this class exists at run
 time but its annotations, so a field or method lookup costs what it cost
@@ -58,50 +59,52 @@ class _PoolFields(Generic[T]):
     _min_pool_size: int
     _max_pool_size: int
     _max_connecting: int
-    #: Every piece reports through it; the hot path flushes it.
+    #: Every piece reports through it, and flushes once its change is complete.
     _events: Publisher
-    #: Counters; every piece counts, pop_stats (pool.py) replaces it.
+    #: Counters: every piece counts in it; pop_stats replaces it.
     _tally: Tally
-    #: Ready/paused/closed: ready and close (pool.py) and clear (clearing.py)
-    #: move it; the hot path refuses checkouts by it.
+    #: Paused, ready or closed: ready and close (pool.py) and clear
+    #: (clearing.py) move it; the hot path refuses checkouts by it.
     _state: PoolState
 
-    # -- checkout.py: the connection sets -----------------------------------------
+    # -- checkout.py: the connection sets and the waiters --------------------------
     # Each connection is in exactly one set, matching its state. The hot path
-    # moves connections between them; maintenance adds and drops pending
-    # ones and prunes available ones; close empties available; the fork
-    # reset empties them all.
+    # moves connections between them. Maintenance moves a connection it
+    # established from pending to in use and prunes available (replacing
+    # the deque); close retires every available one.
     _available: deque[Connection[T]]  # newest on the right
     _in_use: set[Connection[T]]
     _pending: set[Connection[T]]
-    #: Pending connections maintenance asked for (owned by maintenance.py,
-    #: read by the hot path: they are owed to the first waiters).
-    _filling: set[Connection[T]]
     #: Waiting checkouts; clear and close fail them all.
     _queue: WaitQueue[Connection[T]]
     _turns: Turns
     _next_id: int
 
-    # -- clearing.py ------------------------------------------------------------------
-    #: Bumped by every clear (and by the fork reset); older connections are stale.
+    # -- clearing.py --------------------------------------------------------------
+    #: Bumped by every clear; older connections are stale. The hot path
+    #: stamps new connections with it.
     _generation: int
     #: The error that caused the last clear, cited by refused checkouts.
     _clear_cause: BaseException | None
 
-    # -- services.py ------------------------------------------------------------------
-    #: serviceId -> [generation, connection count] (load-balanced mode).
-    #: clearing.py reads the generations; the fork reset empties it.
+    # -- services.py --------------------------------------------------------------
+    #: serviceId -> [generation, connection count] (load-balanced mode);
+    #: ``is_stale`` (clearing.py) reads the generations.
     _services: dict[ObjectId | None, list[int]]
 
-    # -- maintenance.py ---------------------------------------------------------------
+    # -- maintenance.py -----------------------------------------------------------
     _connector: Connector[T]
     _on_establish_error: ErrorHandler[T] | None
+    #: The pending connections the background run asked for: owed to the
+    #: first waiters (the hot path's ``_grant`` reads it, ``_unpend`` drops).
+    _filling: set[Connection[T]]
     #: Rung by any piece that wants a background run now.
     _alarm: Alarm
     _maintainer: Any  # gevent.Greenlet | None
     _fillers: set[Any]  # gevent.Greenlet
 
     # -- forking.py: the process and OS thread the pool belongs to ----------------
+    #: The hot path and the background run compare them inline.
     _pid: int
     _thread: int
 

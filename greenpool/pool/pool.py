@@ -12,7 +12,7 @@ users read (state, stats). Its jobs are mixins, one module each, so that a
 field or method is one lookup away, as in a single class:
 
 * ``checkout.py``: the hot path, checkout, checkin and handoff to waiters,
-  and its vocabulary of verbs;
+  and its vocabulary of verbs; ``failures.py``: how a checkout fails;
 * ``maintenance.py``: establishment and the background run;
 * ``clearing.py``: generations, clear and interruption;
 * ``services.py``: the serviceId map of load-balanced mode;
