@@ -16,8 +16,9 @@ from greenpool.errors import (
     PoolClosedError,
     WaitQueueTimeoutError,
 )
+from greenpool.pool.connection import Connection, ConnectionState, PoolStats, Purpose, Transport
 from greenpool.pool.options import PoolOptions
-from greenpool.pool.pool import Connection, ConnectionState, Pool, PoolStats, Purpose, Transport
+from greenpool.pool.pool import Pool
 from greenpool.pool.poolstate import PoolState
 
 __all__ = [

@@ -72,7 +72,8 @@ from greenpool.client.timeouts import (
 from greenpool.client.topology import Topology
 from greenpool.client.uri import ClientSettings, parse_uri
 from greenpool.errors import ConfigurationError, ProtocolError
-from greenpool.pool.pool import Connection, Pool, PoolStats, Purpose
+from greenpool.pool.connection import Connection, PoolStats, Purpose
+from greenpool.pool.pool import Pool
 from greenpool.wire.auth import MECHANISMS as LINK_MECHANISMS
 from greenpool.wire.auth import Credentials as LinkCredentials
 from greenpool.wire.connector import connect, make_connector

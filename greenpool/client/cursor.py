@@ -35,7 +35,7 @@ from pymongo.errors import ConnectionFailure, InvalidOperation, OperationFailure
 from pymongo.read_preferences import _ServerMode
 
 from greenpool.client.timeouts import Deadline, check_seconds
-from greenpool.pool.pool import Connection, Purpose
+from greenpool.pool.connection import Connection, Purpose
 
 if TYPE_CHECKING:
     from greenpool.client.client import Client

@@ -28,7 +28,7 @@ from greenpool.client.timeouts import Deadline, check_seconds, resolve
 
 if TYPE_CHECKING:
     from greenpool.client.client import Client
-    from greenpool.pool.pool import Connection
+    from greenpool.pool.connection import Connection
     from greenpool.wire.link import Link
 
 __all__ = ["Session", "TransactionState"]

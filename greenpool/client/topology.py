@@ -39,7 +39,8 @@ from greenpool.address import Address, format_address
 from greenpool.client.sdam import ErrorContext, Phase, Verdict, check_failed, judge
 from greenpool.client.topologylog import log_event
 from greenpool.errors import ProtocolError
-from greenpool.pool.pool import Connection, Pool
+from greenpool.pool.connection import Connection
+from greenpool.pool.pool import Pool
 from greenpool.pool.waitqueue import Alarm, WaitQueue, WaitTimedOut
 from greenpool.wire.connector import handshake_completed
 

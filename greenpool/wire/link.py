@@ -63,7 +63,7 @@ from pymongo.errors import AutoReconnect, NetworkTimeout
 
 from greenpool.address import Address, format_address, parse_address
 from greenpool.errors import ConfigurationError, NotMongoDBError, PoolClearedError, ProtocolError
-from greenpool.pool.pool import Connection
+from greenpool.pool.connection import Connection
 from greenpool.wire.auth import Credentials, ScramConversation, authenticate, handshake_fields
 from greenpool.wire.compression import Compressor, negotiate_compressor, usable_compressors
 from greenpool.wire.handshake import check_app_name, check_hello_reply, hello_command
