@@ -31,7 +31,7 @@ import gevent
 from pymongo.errors import NetworkTimeout
 
 from greenpool.address import Address, format_address, parse_address
-from greenpool.pool.pool import Connection
+from greenpool.pool.connection import Connection
 from greenpool.wire.link import Link, LinkOptions
 from greenpool.wire.sockets import EstablishmentTimedOut
 
