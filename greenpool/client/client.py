@@ -73,7 +73,7 @@ from greenpool.wire.handshake import check_hello_fields
 from greenpool.wire.link import Link, LinkOptions, connect, make_connector
 from greenpool.wire.messages import check_database_name
 
-__all__ = ["Client", "ReadPreferenceLike"]
+__all__ = ["Client", "ReadPreferenceLike", "link_options"]
 
 #: What a ``read_preference=`` argument takes: a PyMongo read preference
 #: (``pymongo.ReadPreference.SECONDARY``), a mode name, or a document.
@@ -107,7 +107,7 @@ class Client:
         self.settings = settings
         self.address = _single_address(settings)
         listeners = _check_listeners(event_listeners)
-        self._link_options = _link_options(settings)
+        self._link_options = link_options(settings)
         pool_listeners = [x for x in listeners if isinstance(x, _m.ConnectionPoolListener)]
         self._min_round_trip = MinRoundTrip()
         self._default_read_preference = settings.read_preference_object()
@@ -444,7 +444,9 @@ def _single_address(settings: ClientSettings) -> Address:
     return hosts[0]
 
 
-def _link_options(settings: ClientSettings) -> LinkOptions:
+def link_options(settings: ClientSettings) -> LinkOptions:
+    """The options of the Client's pooled connections, from its URI's
+    settings (the check tool connects with them too)."""
     return LinkOptions(
         connect_timeout=settings.connect_timeout,
         socket_timeout=settings.socket_timeout,
