@@ -43,7 +43,8 @@ def sent_lsids(events: AllEvents) -> list[Any]:
 
 def age_idle_sessions(client: Client, seconds: float) -> None:
     """Pretend the client's idle server sessions were last used ``seconds`` ago."""
-    client._server_sessions = [(lsid, used - seconds) for lsid, used in client._server_sessions]
+    client._operations._server_sessions = [
+        (lsid, used - seconds) for lsid, used in client._operations._server_sessions]
 
 
 # -- sessions ---------------------------------------------------------------------------

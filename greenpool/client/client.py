@@ -25,50 +25,44 @@ What it owns:
 * the SDAM rules for application errors (:mod:`greenpool.client.sdam`): a network
   error, or a "not primary" / "node is recovering" error that calls for it,
   on a connection of the pool's current generation clears the pool; errors on
-  a stale connection change nothing.
+  a stale connection change nothing;
+* one :class:`~greenpool.client.operations.Operations`, the machinery its
+  commands, cursors and sessions share: leasing connections, sending,
+  implicit server sessions, pinning.
 
 Commands are not retried: a network error surfaces to the caller (after the
 pool has been cleared), who decides whether the operation is safe to repeat.
 Errors are PyMongo's classes (:class:`~pymongo.errors.AutoReconnect`,
 :class:`~pymongo.errors.OperationFailure`...) or greenpool's subclasses of
 them, so existing ``except`` clauses keep working.
+
+Rules. This module is the top of the client layer: it may import any other
+module of :mod:`greenpool.client`, and none of them imports it. The Client
+checks what users give it (arguments, sessions, read preferences), then runs
+the operation through its Operations' public methods; the state of leases,
+server sessions, pins and open cursors lives there, not here. It builds
+cursors and sessions on the same Operations, never on itself, so they need
+nothing of this module.
 """
 
 from __future__ import annotations
 
-import contextlib
 import time
-import uuid
-import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import gevent
-from bson.binary import UUID_SUBTYPE, Binary
 from pymongo import monitoring as _m
-from pymongo.errors import (
-    AutoReconnect,
-    ConnectionFailure,
-    InvalidOperation,
-    NetworkTimeout,
-    PyMongoError,
-)
+from pymongo.errors import AutoReconnect, ConnectionFailure, InvalidOperation, NetworkTimeout
 from pymongo.read_preferences import _ServerMode
 
 from greenpool.address import Address, format_address
 from greenpool.client import readpref
 from greenpool.client.commands import CommandPublisher
 from greenpool.client.cursor import Cursor
-from greenpool.client.sdam import Phase
+from greenpool.client.operations import Operations
 from greenpool.client.session import Session
-from greenpool.client.timeouts import (
-    Deadline,
-    MinRoundTrip,
-    check_seconds,
-    current,
-    resolve,
-    running,
-)
+from greenpool.client.timeouts import Deadline, MinRoundTrip, check_seconds, current
 from greenpool.client.topology import Topology
 from greenpool.client.uri import ClientSettings, parse_uri
 from greenpool.errors import ConfigurationError, ProtocolError
@@ -79,9 +73,9 @@ from greenpool.wire.auth import Credentials as LinkCredentials
 from greenpool.wire.connector import connect, make_connector
 from greenpool.wire.handshake import check_hello_fields
 from greenpool.wire.link import Link, LinkOptions
-from greenpool.wire.messages import check_database_name, next_request_id
+from greenpool.wire.messages import check_database_name
 
-__all__ = ["Client", "ReadPreferenceLike"]
+__all__ = ["Client", "ReadPreferenceLike", "link_options"]
 
 #: What a ``read_preference=`` argument takes: a PyMongo read preference
 #: (``pymongo.ReadPreference.SECONDARY``), a mode name, or a document.
@@ -91,12 +85,6 @@ _LISTENER_TYPES = (
     _m.CommandListener, _m.ConnectionPoolListener, _m.ServerListener,
     _m.ServerHeartbeatListener, _m.TopologyListener,
 )
-# endSessions takes at most this many ids per command (Sessions spec).
-_END_SESSIONS_BATCH = 10_000
-# The round-trip timeout that stands for none (about 30 years).
-_NO_ROUND_TRIP_LIMIT = 1e9
-# A commit or abort is the end of a transaction, never a transient part of it.
-_FINISHING = frozenset({"commitTransaction", "abortTransaction"})
 
 
 class Client:
@@ -121,18 +109,8 @@ class Client:
         self.settings = settings
         self.address = _single_address(settings)
         listeners = _check_listeners(event_listeners)
-        self._commands = CommandPublisher(listeners)
-        self._link_options = _link_options(settings)
+        self._link_options = link_options(settings)
         pool_listeners = [x for x in listeners if isinstance(x, _m.ConnectionPoolListener)]
-        self._sessions: set[Session] = set()
-        self._ended_lsids: list[dict[str, Any]] = []
-        self._cursors: weakref.WeakSet[Cursor] = weakref.WeakSet()
-        # Idle implicit server sessions, most recently used last: (lsid, last use).
-        self._server_sessions: list[tuple[dict[str, Any], float]] = []
-        self._closed = False
-        self._closing = False
-        #: timeoutMS (seconds; None: not set, 0: no limit).
-        self.timeout = settings.timeout
         self._min_round_trip = MinRoundTrip()
         self._default_read_preference = settings.read_preference_object()
         self.pool: Pool[Link] = Pool(
@@ -146,6 +124,9 @@ class Client:
             heartbeat_frequency=settings.heartbeat_frequency,
             server_selection_timeout=settings.server_selection_timeout,
             listeners=listeners)
+        self._operations = Operations(
+            self.pool, self.topology, CommandPublisher(listeners), self._min_round_trip,
+            timeout=settings.timeout, retry_writes=settings.retry_writes)
         monitor_options = _monitor_link_options(self._link_options)
         self.topology.open(None if settings.load_balanced
                            else lambda: _LinkChecker(self.address, monitor_options,
@@ -157,9 +138,25 @@ class Client:
         return self.settings.load_balanced
 
     @property
+    def min_round_trip(self) -> float:
+        """The server's minimum round-trip time in seconds (SDAM's
+        minRoundTripTime over the monitor's last checks; 0 behind a load
+        balancer, which has no monitor)."""
+        return self._min_round_trip.value
+
+    @property
     def closed(self) -> bool:
         """Whether :meth:`close` was called."""
-        return self._closed
+        return self._operations.closed
+
+    @property
+    def timeout(self) -> float | None:
+        """timeoutMS (seconds; None: not set, 0: no limit)."""
+        return self._operations.timeout
+
+    @timeout.setter
+    def timeout(self, value: float | None) -> None:
+        self._operations.timeout = value
 
     def stats(self) -> PoolStats:
         """The pool's counters (see :meth:`greenpool.Pool.stats`)."""
@@ -208,35 +205,36 @@ class Client:
         :raises pymongo.errors.ServerSelectionTimeoutError: the server was
             not reachable within serverSelectionTimeoutMS.
         """
+        ops = self._operations
         # The deadline first: a refused timeout leaves the session untouched.
-        deadline = self._deadline(timeout, session)
+        deadline = ops.deadline(timeout, session)
         preference = self._read_preference(read_preference, readpref.PRIMARY, session)
         document = self._prepare(dbname, command, session)
         if deadline is not None:
             return self._bounded_command(dbname, document, session, deadline, preference)
         if session is not None:
-            with self._lease(session, Purpose.OTHER, name=next(iter(document))) as conn:
-                self._add_read_preference(document, preference, session)
-                return self._send(conn, dbname, document, session)
+            with ops.lease(session, Purpose.OTHER, name=next(iter(document))) as conn:
+                ops.add_read_preference(document, preference, session)
+                return ops.send(conn, dbname, document, session)
         # The hot path, without a session: plain try/finally rather than
         # context managers, which cost a few microseconds per command.
-        conn = self._checkout(Purpose.OTHER)
+        conn = ops.checkout(Purpose.OTHER)
         try:
-            self._add_read_preference(document, preference, None)
-            lsid = None if "lsid" in document else self._take_lsid()
+            ops.add_read_preference(document, preference, None)
+            lsid = None if "lsid" in document else ops.take_lsid()
             if lsid is None:
-                return self._send(conn, dbname, document, None)
+                return ops.send(conn, dbname, document, None)
             document["lsid"] = lsid
             dirty = False
             try:
-                return self._send(conn, dbname, document, None)
+                return ops.send(conn, dbname, document, None)
             except ConnectionFailure:
                 dirty = True
                 raise
             finally:
                 # A kill mid-command breaks the connection: the server may
                 # still run the command in this session, so never reuse it.
-                self._give_lsid(lsid, dirty or conn.error is not None)
+                ops.give_lsid(lsid, dirty or conn.error is not None)
         finally:
             self.pool.checkin(conn)
 
@@ -244,25 +242,26 @@ class Client:
                          session: Session | None, deadline: Deadline,
                          preference: _ServerMode) -> dict[str, Any]:
         """command() under a deadline (timeoutMS), off the hot path."""
+        ops = self._operations
         name = next(iter(document))
         if session is not None:
-            with self._lease(session, Purpose.OTHER, name=name, deadline=deadline) as conn:
-                self._add_read_preference(document, preference, session)
-                return self._send(conn, dbname, document, session, deadline)
-        with self._lease(None, Purpose.OTHER, deadline=deadline) as conn:
-            self._add_read_preference(document, preference, None)
-            lsid = None if "lsid" in document else self._take_lsid()
+            with ops.lease(session, Purpose.OTHER, name=name, deadline=deadline) as conn:
+                ops.add_read_preference(document, preference, session)
+                return ops.send(conn, dbname, document, session, deadline)
+        with ops.lease(None, Purpose.OTHER, deadline=deadline) as conn:
+            ops.add_read_preference(document, preference, None)
+            lsid = None if "lsid" in document else ops.take_lsid()
             if lsid is None:
-                return self._send(conn, dbname, document, None, deadline)
+                return ops.send(conn, dbname, document, None, deadline)
             document["lsid"] = lsid
             dirty = False
             try:
-                return self._send(conn, dbname, document, None, deadline)
+                return ops.send(conn, dbname, document, None, deadline)
             except ConnectionFailure:
                 dirty = True
                 raise
             finally:
-                self._give_lsid(lsid, dirty or conn.error is not None)
+                ops.give_lsid(lsid, dirty or conn.error is not None)
 
     def cursor(self, dbname: str, command: Mapping[str, Any], *, batch_size: int | None = None,
                session: Session | None = None, timeout: float | None = None,
@@ -294,8 +293,9 @@ class Client:
         default = (self._default_read_preference if _may_use_secondary(document)
                    else readpref.PRIMARY)
         preference = self._read_preference(read_preference, default, session)
-        return Cursor(self, dbname, document, batch_size=batch_size, session=session,
-                      timeout=timeout, timeout_mode=timeout_mode, read_preference=preference)
+        return Cursor(self._operations, dbname, document, batch_size=batch_size,
+                      session=session, timeout=timeout, timeout_mode=timeout_mode,
+                      read_preference=preference)
 
     def find(self, dbname: str, collection: str, filter: Mapping[str, Any] | None = None,
              *, batch_size: int | None = None, session: Session | None = None,
@@ -325,10 +325,11 @@ class Client:
         defaultTimeoutMS) bounds its commit, abort and ``with_transaction``
         instead of the client's timeoutMS.
         """
-        self._check_open()
-        session = Session(self, default_timeout=check_seconds("default_timeout",
-                                                              default_timeout))
-        self._sessions.add(session)
+        ops = self._operations
+        ops.check_open()
+        session = Session(ops, default_timeout=check_seconds("default_timeout",
+                                                             default_timeout))
+        ops.session_started(session)
         return session
 
     # -- closing --------------------------------------------------------------------------
@@ -337,24 +338,12 @@ class Client:
         """End sessions (aborting their transactions), close cursors, stop the
         monitor, close the pool. Idempotent; operations afterwards raise
         :class:`~pymongo.errors.InvalidOperation`."""
-        if self._closed or self._closing:
+        if self._operations.closing:
             return
-        # New work is refused from here on; the teardown below always runs,
-        # whatever the best-effort goodbyes raise (a kill included).
-        self._closing = True
+        # The teardown always runs, whatever the goodbyes raise (a kill included).
         try:
-            for cursor in list(self._cursors):
-                # A cursor busy in another greenlet keeps its connection
-                # until then; the closed pool closes it at checkin.
-                with contextlib.suppress(Exception):
-                    cursor.close()
-            for session in list(self._sessions):
-                with contextlib.suppress(Exception):
-                    session.end()
-            with contextlib.suppress(Exception):
-                self._end_server_sessions()
+            self._operations.close()
         finally:
-            self._closed = True
             self.topology.close()
             self.pool.close()
 
@@ -367,101 +356,14 @@ class Client:
     def __repr__(self) -> str:
         host, port = self.address
         mode = ", load balanced" if self.load_balanced else ""
-        state = "closed" if self._closed else "open"
+        state = "closed" if self._operations.closed else "open"
         return f"<greenpool.Client {host}:{port}{mode}, {state}>"
-
-    # -- internals: connections -----------------------------------------------------------
-
-    @contextlib.contextmanager
-    def _lease(self, session: Session | None, purpose: Purpose,
-               keep: Callable[[Connection[Link]], bool] | None = None, name: str = "",
-               deadline: Deadline | None = None) -> Iterator[Connection[Link]]:
-        """A connection for one operation: a transaction's pinned one, or one
-        checked out now and checked in afterwards. In load-balanced mode a
-        transaction's first command pins its connection to the session;
-        ``keep(conn)``, called after a successful operation, may pin it to
-        something else (a cursor) by returning True. ``name`` is the
-        command's, for the labels of a failed checkout in a transaction."""
-        if session is not None and session.pinned is not None:
-            yield session.pinned
-            return
-        in_transaction = session is not None and session.in_transaction
-        try:
-            conn = self._checkout(Purpose.TRANSACTION if in_transaction else purpose, deadline)
-        except PyMongoError as error:
-            # No connection (selection, wait queue, cleared pool): inside a
-            # transaction that is as transient as a network error.
-            self._transaction_error(session, name, error)
-            raise
-        pinned = False
-        try:
-            yield conn
-            pinned = self._pin_to_transaction(session, conn) or (
-                keep is not None and keep(conn))
-        except PyMongoError as error:
-            # A transaction stays pinned after a refused command, unless the
-            # error says the transaction may be retried (elsewhere).
-            if not (error.has_error_label("TransientTransactionError")
-                    or error.has_error_label("UnknownTransactionCommitResult")):
-                pinned = self._pin_to_transaction(session, conn)
-            raise
-        finally:
-            if not pinned:
-                self.pool.checkin(conn)
-
-    def _checkout(self, purpose: Purpose, deadline: Deadline | None = None) -> Connection[Link]:
-        if self._closed:
-            raise InvalidOperation("the greenpool Client is closed")
-        if deadline is not None:
-            return self._bounded_checkout(purpose, deadline)
-        # While closing, goodbyes (killCursors, abort, endSessions) never
-        # wait for an unreachable server.
-        self.topology.select(0 if self._closing else None)
-        conn = self.pool.checkout()
-        conn.purpose = purpose
-        return conn
-
-    def _bounded_checkout(self, purpose: Purpose, deadline: Deadline) -> Connection[Link]:
-        """Selection and checkout within the deadline (the CSOT spec's
-        computedServerSelectionTimeout); establishment too, through the
-        connector (see _bounded_connector)."""
-        selection = deadline.bound(self.topology.server_selection_timeout)
-        self.topology.select(0 if self._closing else selection)
-        with running(deadline):
-            # The CSOT spec: under timeoutMS the deprecated waitQueueTimeoutMS
-            # is ignored; the wait gets what is left of the selection's limit.
-            conn = self.pool.checkout(deadline.bound(None), replaces_wait_queue_timeout=True)
-        conn.purpose = purpose
-        return conn
-
-    def _deadline(self, timeout: float | None, session: Session | None) -> Deadline | None:
-        """The deadline of an operation starting now (see greenpool.client.timeouts)."""
-        call = check_seconds("timeout", timeout)
-        if session is not None and session._deadline is not None:
-            # Inside with_transaction the session carries the one deadline.
-            if call is not None:
-                raise InvalidOperation(
-                    f"timeout={timeout!r} cannot be given to an operation in a "
-                    f"with_transaction callback whose session has a time limit")
-            return session._deadline
-        return resolve(call, self.timeout)
-
-    def _pin_to_transaction(self, session: Session | None, conn: Connection[Link]) -> bool:
-        if (session is None or not self.load_balanced or not session.in_transaction
-                or conn.error is not None):
-            return False
-        session.pinned = conn
-        return True
-
-    def _release_pinned(self, conn: Connection[Link]) -> None:
-        """Check in a connection a session or a cursor was pinned to."""
-        self.pool.checkin(conn)
 
     # -- internals: commands --------------------------------------------------------------
 
     def _prepare(self, dbname: str, command: Mapping[str, Any],
                  session: Session | None) -> dict[str, Any]:
-        self._check_open()
+        self._operations.check_open()
         check_database_name(dbname)
         if not isinstance(command, Mapping) or not command:
             raise InvalidOperation(
@@ -485,154 +387,8 @@ class Client:
                 f"{preference.document!r}")
         return preference
 
-    def _add_read_preference(self, document: dict[str, Any], preference: _ServerMode,
-                             session: Session | None) -> None:
-        """Add ``$readPreference`` to a read command about to go to the
-        selected server, where the Server Selection spec says (after
-        selection: it depends on the server's type)."""
-        field = readpref.command_field(
-            preference, load_balanced=self.load_balanced,
-            server_type=self.topology.server.server_type,
-            in_transaction=session is not None and session.in_transaction)
-        if field is not None:
-            document["$readPreference"] = field
-
-    def _send(self, conn: Connection[Link], dbname: str, command: dict[str, Any],
-              session: Session | None, deadline: Deadline | None = None,
-              max_time: bool = True) -> dict[str, Any]:
-        """One round trip on ``conn`` with command events; errors go through SDAM.
-
-        Under a ``deadline`` the round trip gets the time left, and
-        ``maxTimeMS`` is added if ``max_time``; with too little time left
-        nothing is sent (the caller checks the connection back in)."""
-        link = conn.transport
-        assert link is not None  # a checked-out connection is established
-        round_trip: float | None = None
-        if deadline is not None and deadline.bounded:
-            # One reading of the clock: what is checked is what is used.
-            left = deadline.remaining()
-            if max_time:
-                command["maxTimeMS"] = deadline.max_time_ms(self.min_round_trip, left)
-            elif left <= 0:
-                raise deadline.exceeded(f"no time left for {next(iter(command))}")
-            round_trip = left
-        elif deadline is not None:
-            # timeoutMS=0: no limit, and socketTimeoutMS no longer applies
-            # (the link's None would mean socketTimeoutMS).
-            round_trip = _NO_ROUND_TRIP_LIMIT
-        name = next(iter(command))
-        request_id = next_request_id()
-        events = self._commands
-        service_id, server_id = conn.service_id, link.server_connection_id
-        if session is not None:
-            session.sending(command)
-        if events.listeners:
-            events.started(command, dbname, request_id, self.address, service_id, server_id)
-        started = time.perf_counter()
-        try:
-            reply = link.command(dbname, command, request_id=request_id, timeout=round_trip)
-        except PyMongoError as error:
-            if events.listeners:
-                events.failed(time.perf_counter() - started, error, command, dbname,
-                              request_id, self.address, service_id, server_id)
-            self.topology.handle_error(error, Phase.OPERATION, conn)
-            self._transaction_error(session, name, error)
-            raise
-        except BaseException as error:
-            # Not a refusal nor a network error (a bug, an unencodable
-            # document, a kill): whatever the connection's state, it is not
-            # known to be clean, so checkin closes it.
-            conn.mark_errored(error)
-            if events.listeners and isinstance(error, Exception):
-                events.failed(time.perf_counter() - started, error, command, dbname,
-                              request_id, self.address, service_id, server_id)
-            raise
-        if events.listeners:
-            events.succeeded(time.perf_counter() - started, reply, name, dbname, request_id,
-                             self.address, service_id, server_id)
-        return reply
-
-    def _transaction_error(self, session: Session | None, name: str, error: PyMongoError) -> None:
-        if session is None or not session.in_transaction:
-            return
-        # The Transactions spec: a network error inside a transaction (not
-        # its commit) makes the whole transaction retryable.
-        if (isinstance(error, ConnectionFailure) and name not in _FINISHING
-                and not error.has_error_label("TransientTransactionError")):
-            error._add_error_label("TransientTransactionError")
-        session.forget_pin_after(error)
-
-    def _run_in_session(self, session: Session, dbname: str, command: dict[str, Any],
-                        deadline: Deadline | None = None) -> None:
-        """Run a command a session built itself (commit, abort)."""
-        if self._closed:
-            raise InvalidOperation("the greenpool Client is closed")
-        with self._lease(session, Purpose.TRANSACTION, name=next(iter(command)),
-                         deadline=deadline) as conn:
-            self._send(conn, dbname, command, session, deadline)
-
-    @property
-    def min_round_trip(self) -> float:
-        """The server's minimum round-trip time in seconds (SDAM's
-        minRoundTripTime over the monitor's last checks; 0 behind a load
-        balancer, which has no monitor)."""
-        return self._min_round_trip.value
-
-    # -- internals: implicit sessions (Sessions spec) ---------------------------------------
-    # Without an explicit session a command runs in an implicit one: an lsid
-    # from the client's pool of server sessions, given back after use unless
-    # a network error made it dirty.
-
-    def _take_lsid(self) -> dict[str, Any] | None:
-        """The most recently used idle server session that is not about to
-        expire, or a new one; None if the server does not support sessions.
-
-        In load-balanced mode sessions are always supported and never
-        expire here: the Load Balancer spec says to ignore
-        logicalSessionTimeoutMinutes and not to prune the session pool."""
-        if self.load_balanced:
-            if self._server_sessions:
-                return self._server_sessions.pop()[0]
-            return {"id": Binary(uuid.uuid4().bytes, UUID_SUBTYPE)}
-        minutes = self.topology.server.logical_session_timeout_minutes
-        if minutes is None:
-            return None
-        now = time.monotonic()
-        while self._server_sessions:
-            lsid, last_used = self._server_sessions.pop()
-            if now - last_used < (minutes - 1) * 60:
-                return lsid
-        return {"id": Binary(uuid.uuid4().bytes, UUID_SUBTYPE)}
-
-    def _give_lsid(self, lsid: dict[str, Any], dirty: bool) -> None:
-        if dirty:
-            return  # the server may still hold it busy: never reuse it
-        if self._closed:
-            self._ended_lsids.append(lsid)
-        else:
-            self._server_sessions.append((lsid, time.monotonic()))
-
-    def _session_ended(self, session: Session) -> None:
-        self._sessions.discard(session)
-        self._ended_lsids.append(session.lsid)
-
-    def _end_server_sessions(self) -> None:
-        """Tell the server the sessions are over (best effort, as drivers do)."""
-        lsids = self._ended_lsids + [lsid for lsid, _ in self._server_sessions]
-        self._ended_lsids, self._server_sessions = [], []
-        if not lsids or not self.topology.server.is_server_type_known:
-            return
-        for start in range(0, len(lsids), _END_SESSIONS_BATCH):
-            batch = lsids[start:start + _END_SESSIONS_BATCH]
-            with contextlib.suppress(PyMongoError), self._lease(None, Purpose.OTHER) as conn:
-                self._send(conn, "admin", {"endSessions": batch}, None)
-
-    def _check_open(self) -> None:
-        if self._closed or self._closing:
-            raise InvalidOperation("the greenpool Client is closed")
-
     def _check_session(self, session: Session | None) -> None:
-        if session is not None and session._client is not self:
+        if session is not None and session.operations is not self._operations:
             raise InvalidOperation("the session was started by another client")
 
 
@@ -690,7 +446,9 @@ def _single_address(settings: ClientSettings) -> Address:
     return hosts[0]
 
 
-def _link_options(settings: ClientSettings) -> LinkOptions:
+def link_options(settings: ClientSettings) -> LinkOptions:
+    """The options of the Client's pooled connections, from its URI's
+    settings (the check tool connects with them too)."""
     return LinkOptions(
         connect_timeout=settings.connect_timeout,
         socket_timeout=settings.socket_timeout,

@@ -21,6 +21,13 @@ rather than interleaving two requests on one connection.
 
 A cursor that is dropped without being closed is closed in a new greenlet
 (killCursors, and its pinned connection checked in).
+
+Rules. A cursor does all its I/O through the
+:class:`~greenpool.client.operations.Operations` it is given, with that
+class's public methods (lease, send, take and give back an implicit lsid,
+unpin); it keeps only its own state (buffer, id, pinned connection, implicit
+lsid). This module never imports :mod:`greenpool.client.client`, not even
+lazily: the Client builds cursors, not the other way round.
 """
 
 from __future__ import annotations
@@ -38,7 +45,7 @@ from greenpool.client.timeouts import Deadline, check_seconds
 from greenpool.pool.connection import Connection, Purpose
 
 if TYPE_CHECKING:
-    from greenpool.client.client import Client
+    from greenpool.client.operations import Operations
     from greenpool.client.session import Session
     from greenpool.wire.link import Link
 
@@ -55,11 +62,11 @@ class Cursor:
     Made by :meth:`greenpool.Client.cursor` and :meth:`greenpool.Client.find`.
     """
 
-    def __init__(self, client: Client, dbname: str, command: dict[str, Any], *,
+    def __init__(self, operations: Operations, dbname: str, command: dict[str, Any], *,
                  batch_size: int | None, session: Session | None,
                  timeout: float | None = None, timeout_mode: str | None = None,
                  read_preference: _ServerMode | None = None) -> None:
-        self._client = client
+        self._operations = operations
         #: The opening command's read preference (getMore and killCursors
         #: carry none).
         self._read_preference = read_preference
@@ -79,7 +86,7 @@ class Cursor:
         #: Whether a command of this cursor failed other than by the server's
         #: refusal (network error, kill): its implicit session is not reused.
         self._lsid_dirty = False
-        deadline = client._deadline(timeout, session)
+        deadline = operations.deadline(timeout, session)
         self._mode = _timeout_mode(command, timeout_mode, deadline)
         #: The deadline of the cursor's lifetime (cursorLifetime mode), or the
         #: one whose limit each next() gets anew (iteration mode).
@@ -92,7 +99,7 @@ class Cursor:
             self._end_implicit_session()
             raise
         if self._id:
-            client._cursors.add(self)
+            operations.cursor_opened(self)
         else:
             self._end_implicit_session()
 
@@ -148,7 +155,7 @@ class Cursor:
                 return
             self._closed = True
             self._buffer.clear()
-            self._client._cursors.discard(self)
+            self._operations.cursor_closed(self)
             try:
                 if self._id and (self._conn is None or self._conn.error is None):
                     with contextlib.suppress(PyMongoError):
@@ -171,9 +178,9 @@ class Cursor:
         conn, self._conn = self._conn, None
         implicit = self._session is None and isinstance(self._lsid, dict)
         lsid = self._session.lsid if self._session is not None else self._lsid
-        if conn is not None or not self._client.closed:
+        if conn is not None or not self._operations.closed:
             # Even for a closed client: the pinned connection must be checked in.
-            gevent.spawn(_reap, self._client, self._db, self._collection, self._id, conn,
+            gevent.spawn(_reap, self._operations, self._db, self._collection, self._id, conn,
                          lsid if isinstance(lsid, dict) else None,
                          implicit and not self._lsid_dirty)
 
@@ -250,20 +257,20 @@ class Cursor:
 
     def _send(self, command: dict[str, Any], batch: str | None, deadline: Deadline | None,
               max_time: bool) -> None:
-        client, session = self._client, self._session
+        ops, session = self._operations, self._session
         if session is not None:
             session.decorate(command)
         if self._conn is not None:
             self._attach_lsid(command)
-            reply = client._send(self._conn, self._db, command, session, deadline, max_time)
+            reply = ops.send(self._conn, self._db, command, session, deadline, max_time)
             if batch is not None:
                 self._read(reply, batch)
             return
-        with client._lease(session, Purpose.CURSOR, keep=self._keep, deadline=deadline) as conn:
+        with ops.lease(session, Purpose.CURSOR, keep=self._keep, deadline=deadline) as conn:
             self._attach_lsid(command)
             if batch == "firstBatch" and self._read_preference is not None:
-                client._add_read_preference(command, self._read_preference, session)
-            reply = client._send(conn, self._db, command, session, deadline, max_time)
+                ops.add_read_preference(command, self._read_preference, session)
+            reply = ops.send(conn, self._db, command, session, deadline, max_time)
             if batch is not None:
                 self._read(reply, batch)
 
@@ -273,18 +280,18 @@ class Cursor:
         if self._session is not None:
             return
         if self._lsid is False:
-            self._lsid = self._client._take_lsid()
+            self._lsid = self._operations.take_lsid()
         if isinstance(self._lsid, dict):
             command["lsid"] = self._lsid
 
     def _end_implicit_session(self) -> None:
         lsid, self._lsid = self._lsid, None
         if isinstance(lsid, dict):
-            self._client._give_lsid(lsid, self._lsid_dirty)
+            self._operations.give_lsid(lsid, self._lsid_dirty)
 
     def _keep(self, conn: Connection[Link]) -> bool:
         """Pin ``conn`` (in load-balanced mode, while the server cursor lives)."""
-        if not self._client.load_balanced or self._id == 0 or conn.error is not None:
+        if not self._operations.load_balanced or self._id == 0 or conn.error is not None:
             return False
         self._conn = conn
         return True
@@ -292,7 +299,7 @@ class Cursor:
     def _release(self) -> None:
         conn, self._conn = self._conn, None
         if conn is not None:
-            self._client._release_pinned(conn)
+            self._operations.unpin(conn)
 
 
 def _timeout_mode(command: Mapping[str, Any], mode: str | None,
@@ -322,7 +329,7 @@ def _writes_out(command: Mapping[str, Any]) -> bool:
         for stage in pipeline)
 
 
-def _reap(client: Client, db: str, collection: str, cursor_id: int,
+def _reap(ops: Operations, db: str, collection: str, cursor_id: int,
           conn: Connection[Link] | None, lsid: dict[str, Any] | None,
           give_back_lsid: bool) -> None:
     """Close an abandoned cursor: killCursors in the cursor's session (its
@@ -333,19 +340,19 @@ def _reap(client: Client, db: str, collection: str, cursor_id: int,
         command["lsid"] = lsid
     dirty = False
     try:
-        if cursor_id and not client.closed and (conn is None or conn.error is None):
+        if cursor_id and not ops.closed and (conn is None or conn.error is None):
             try:
                 if conn is not None:
-                    client._send(conn, db, command, None)
+                    ops.send(conn, db, command, None)
                 else:
-                    with client._lease(None, Purpose.CURSOR) as leased:
-                        client._send(leased, db, command, None)
+                    with ops.lease(None, Purpose.CURSOR) as leased:
+                        ops.send(leased, db, command, None)
             except ConnectionFailure:
                 dirty = True
             except PyMongoError:
                 pass  # the server reaps abandoned cursors anyway
     finally:
         if conn is not None:
-            client._release_pinned(conn)
+            ops.unpin(conn)
         if give_back_lsid and lsid is not None:
-            client._give_lsid(lsid, dirty)
+            ops.give_lsid(lsid, dirty)

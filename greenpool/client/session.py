@@ -2,14 +2,21 @@
 
 A :class:`Session` carries a logical session id (``lsid``) and, for
 transactions, a transaction number and a small state machine (the
-Transactions spec's states). It decorates the commands run in it; the client
-does the I/O. ``with_transaction`` implements the spec's convenient API:
-retry the whole transaction on ``TransientTransactionError``, and the commit
-on ``UnknownTransactionCommitResult``, for up to 120 seconds.
+Transactions spec's states). It decorates the commands run in it; the
+client's :class:`~greenpool.client.operations.Operations` do the I/O.
+``with_transaction`` implements the spec's convenient API: retry the whole
+transaction on ``TransientTransactionError``, and the commit on
+``UnknownTransactionCommitResult``, for up to 120 seconds.
 
 In load-balanced mode a transaction keeps one connection from its first
 command to its commit or abort (``pinned``), so that every command reaches
 the same service behind the balancer.
+
+Rules. A session reaches the rest of the client only through the public
+methods of the Operations it is given (run its commit or abort, unpin, say it
+ended); it holds no connection of its own but the pinned one. This module
+never imports :mod:`greenpool.client.client` nor :mod:`greenpool.client.cursor`,
+not even lazily.
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ from pymongo.errors import ConnectionFailure, InvalidOperation, OperationFailure
 from greenpool.client.timeouts import Deadline, check_seconds, resolve
 
 if TYPE_CHECKING:
-    from greenpool.client.client import Client
+    from greenpool.client.operations import Operations
     from greenpool.pool.connection import Connection
     from greenpool.wire.link import Link
 
@@ -61,12 +68,13 @@ class Session:
     ...     session.with_transaction(lambda s: client.command("db", {...}, session=s))
     """
 
-    def __init__(self, client: Client, *, default_timeout: float | None = None) -> None:
-        self._client = client
+    def __init__(self, operations: Operations, *,
+                 default_timeout: float | None = None) -> None:
+        self._operations = operations
         #: defaultTimeoutMS in seconds (None: the client's timeoutMS applies).
         self.default_timeout = default_timeout
         # The with_transaction call's deadline, which every operation in the
-        # session shares while it runs (the CSOT spec; private on purpose:
+        # session shares while it runs (the CSOT spec; read-only outside:
         # changing it mid-transaction would break the time limit).
         self._deadline: Deadline | None = None
         self.lsid: dict[str, Any] = {"id": Binary(uuid.uuid4().bytes, UUID_SUBTYPE)}
@@ -76,6 +84,17 @@ class Session:
         #: The connection a load-balanced transaction is pinned to.
         self.pinned: Connection[Link] | None = None
         self._commit_attempts = 0
+
+    @property
+    def operations(self) -> Operations:
+        """The operations of the client that started this session."""
+        return self._operations
+
+    @property
+    def deadline(self) -> Deadline | None:
+        """The deadline every operation in this session shares while
+        :meth:`with_transaction` runs with a time limit; None otherwise."""
+        return self._deadline
 
     @property
     def in_transaction(self) -> bool:
@@ -193,7 +212,7 @@ class Session:
         120 seconds."""
         call = check_seconds("timeout", timeout)
         deadline = resolve(call if call is not None else self.default_timeout,
-                           self._client.timeout)
+                           self._operations.timeout)
         if self._deadline is not None:
             raise InvalidOperation("with_transaction is already running in this session")
         started = time.monotonic()
@@ -259,7 +278,7 @@ class Session:
                     f"time limit bounds the whole transaction")
             return self._deadline
         return resolve(call if call is not None else self.default_timeout,
-                       self._client.timeout)
+                       self._operations.timeout)
 
     def end(self) -> None:
         """End the session: abort an open transaction, return the lsid."""
@@ -271,7 +290,7 @@ class Session:
             self._check_pin_idle()
             self._unpin()
         self.ended = True
-        self._client._session_ended(self)
+        self._operations.session_ended(self)
 
     #: PyMongo's name for :meth:`end`.
     end_session = end
@@ -292,9 +311,9 @@ class Session:
         command["txnNumber"] = self.txn_number
         command["autocommit"] = False
         try:
-            self._client._run_in_session(self, "admin", command, deadline)
+            self._operations.run_in_session(self, "admin", command, deadline)
         except PyMongoError as error:
-            if not (self._client.settings.retry_writes and _is_retryable(error)):
+            if not (self._operations.retry_writes and _is_retryable(error)):
                 raise
             if deadline is not None and deadline.bounded and deadline.expired():
                 raise  # no time left to retry in
@@ -302,12 +321,12 @@ class Session:
             if "commitTransaction" in command:
                 command["writeConcern"] = _RETRY_COMMIT_WRITE_CONCERN
             command.pop("maxTimeMS", None)  # the retry computes its own
-            self._client._run_in_session(self, "admin", command, deadline)
+            self._operations.run_in_session(self, "admin", command, deadline)
 
     def _unpin(self) -> None:
         pinned, self.pinned = self.pinned, None
         if pinned is not None:
-            self._client._release_pinned(pinned)
+            self._operations.unpin(pinned)
 
     def _check_pin_idle(self) -> None:
         """Refuse to finish a transaction whose pinned connection is carrying

@@ -377,7 +377,7 @@ class _HotPath(_CheckoutFailures[T]):
         )
 
     def _create(self) -> Connection[T]:
-        conn = Connection(self, self._next_id, self._generation)
+        conn: Connection[T] = Connection(self, self._next_id, self._generation)
         self._next_id += 1
         self._tally.connections_num += 1
         self._pending.add(conn)

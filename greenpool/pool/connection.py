@@ -11,8 +11,8 @@ nothing; the pool acts on them.
 What must not live here: any change to a pool's sets, counts or events. A
 connection calls only its pool's checkin (``_checkin`` and a later flush
 while an exception propagates) and the serviceId map's
-``_take_service_generation``. The pool's fields are imported for the type
-checker only.
+``_take_service_generation``, which the :class:`Owner` protocol names; the
+pool's pieces import this module, never the other way round.
 """
 
 from __future__ import annotations
@@ -22,18 +22,16 @@ import enum
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from bson.objectid import ObjectId
 from pymongo.monitoring import ConnectionClosedReason as _Closed
 
 from greenpool.address import Address, format_address
-
-if TYPE_CHECKING:
-    from greenpool.pool.fields import _PoolFields
+from greenpool.pool.monitoring import Publisher
 
 __all__ = [
-    "Connection", "ConnectionState", "Connector", "ErrorHandler", "PoolStats", "Purpose",
+    "Connection", "ConnectionState", "Connector", "ErrorHandler", "Owner", "PoolStats", "Purpose",
     "Transport", "broken", "close_quietly", "perished",
 ]
 
@@ -68,6 +66,18 @@ class Purpose(enum.Enum):
     TRANSACTION = "transaction"
 
 
+class Owner(Protocol):
+    """What a connection uses of its pool: the pool (``greenpool.Pool``) is one."""
+
+    address: Address
+    _pid: int
+    _events: Publisher
+
+    def checkin(self, conn: Connection[Any]) -> None: ...
+    def _checkin(self, conn: Connection[Any]) -> None: ...
+    def _take_service_generation(self, conn: Connection[Any]) -> None: ...
+
+
 class Connection(Generic[T]):
     """A pooled connection: the pool's bookkeeping around one transport.
 
@@ -83,7 +93,7 @@ class Connection(Generic[T]):
         "transport",
     )
 
-    def __init__(self, pool: _PoolFields[T], conn_id: int, generation: int) -> None:
+    def __init__(self, pool: Owner, conn_id: int, generation: int) -> None:
         self.id = conn_id
         self.generation = generation
         #: The serviceId the handshake reported (load-balanced mode only);

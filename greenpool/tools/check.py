@@ -56,7 +56,7 @@ import gevent
 from pymongo import errors as _pymongo_errors
 
 from greenpool.address import format_address
-from greenpool.client.client import Client, _link_options
+from greenpool.client.client import Client, link_options
 from greenpool.client.uri import Secret, parse_uri, redact_uri, uri_secrets
 from greenpool.errors import AuthenticationError, ConfigurationError, NotMongoDBError
 from greenpool.pool.monitoring import EventCounter
@@ -207,7 +207,7 @@ def run_check(
             f"{' (load balanced)' if settings.load_balanced else ''}"
             f"{', TLS' if settings.tls else ''}"
             f"{', as ' + str(credentials.username) if credentials is not None else ''}")
-        options = dataclasses.replace(_link_options(settings), socket_timeout=timeout)
+        options = dataclasses.replace(link_options(settings), socket_timeout=timeout)
         _report_server(address, options, say)
         watcher = EventCounter()
         with Client(client_uri, event_listeners=[watcher]) as client:

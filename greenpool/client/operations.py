@@ -1,0 +1,391 @@
+"""What every operation of a Client shares: leasing, sending, server sessions, pinning.
+
+One :class:`Operations` per :class:`~greenpool.Client`. The Client, its cursors
+and its sessions all run their commands through it, with its public methods:
+
+* leasing a connection for a purpose (:meth:`~Operations.checkout`,
+  :meth:`~Operations.lease`): server selection and checkout, under the
+  operation's deadline if it has one;
+* sending a command on it (:meth:`~Operations.send`): command events, the
+  timeoutMS rules (maxTimeMS, the round trip's time limit), SDAM's verdict on
+  errors, and the transaction labels the Transactions spec adds;
+* lending and taking back implicit server sessions (:meth:`~Operations.take_lsid`,
+  :meth:`~Operations.give_lsid`), ending them all with ``endSessions`` at close;
+* pinning connections to load-balanced transactions and cursors, and
+  unpinning them (:meth:`~Operations.unpin`);
+* the open cursors and explicit sessions, closed and ended by :meth:`~Operations.close`.
+
+Rules. This module sits below ``client.py``, ``cursor.py`` and ``session.py``,
+which import it; it imports none of them, so it sees a session only as the
+:class:`SessionLike` protocol and a cursor as something with ``close()``. It
+checks no user arguments (the Client does, before an operation starts) and
+holds no socket code (the wire layer's :class:`~greenpool.wire.link.Link` does
+the I/O). ``Client.command`` and ``send`` are the hot path: keep them free of
+extra calls and context managers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import uuid
+import weakref
+from collections.abc import Callable, Iterator, MutableMapping
+from typing import TYPE_CHECKING, Any, Protocol
+
+from bson.binary import UUID_SUBTYPE, Binary
+from pymongo.errors import ConnectionFailure, InvalidOperation, PyMongoError
+from pymongo.read_preferences import _ServerMode
+
+from greenpool.client import readpref
+from greenpool.client.commands import CommandPublisher
+from greenpool.client.sdam import Phase
+from greenpool.client.timeouts import Deadline, MinRoundTrip, check_seconds, resolve, running
+from greenpool.client.topology import Topology
+from greenpool.pool.connection import Connection, Purpose
+from greenpool.pool.pool import Pool
+from greenpool.wire.messages import next_request_id
+
+if TYPE_CHECKING:
+    from greenpool.wire.link import Link
+
+__all__ = ["Operations", "SessionLike"]
+
+# endSessions takes at most this many ids per command (Sessions spec).
+_END_SESSIONS_BATCH = 10_000
+# The round-trip timeout that stands for none (about 30 years).
+_NO_ROUND_TRIP_LIMIT = 1e9
+# A commit or abort is the end of a transaction, never a transient part of it.
+_FINISHING = frozenset({"commitTransaction", "abortTransaction"})
+
+
+class SessionLike(Protocol):
+    """What operations need of an explicit session
+    (:class:`~greenpool.client.session.Session` is the one there is)."""
+
+    lsid: dict[str, Any]
+    #: The connection a load-balanced transaction is pinned to.
+    pinned: Connection[Link] | None
+
+    @property
+    def in_transaction(self) -> bool: ...
+
+    @property
+    def deadline(self) -> Deadline | None:
+        """The deadline every operation in the session shares, if any."""
+
+    def sending(self, command: MutableMapping[str, Any]) -> None:
+        """``command`` is about to go out in this session."""
+
+    def forget_pin_after(self, error: PyMongoError) -> None:
+        """Unpin if ``error`` lets the transaction be retried elsewhere."""
+
+    def end(self) -> None: ...
+
+
+class _Closable(Protocol):
+    def close(self) -> None: ...
+
+
+class Operations:
+    """The machinery a Client's operations share; see the module's docstring."""
+
+    def __init__(self, pool: Pool[Link], topology: Topology, commands: CommandPublisher,
+                 min_round_trip: MinRoundTrip, *, timeout: float | None,
+                 retry_writes: bool) -> None:
+        self.pool = pool
+        self.topology = topology
+        self.address = topology.address
+        self.load_balanced = topology.load_balanced
+        #: timeoutMS (seconds; None: not set, 0: no limit).
+        self.timeout = timeout
+        #: retryWrites: whether a commit or abort is retried once.
+        self.retry_writes = retry_writes
+        self._commands = commands
+        self._min_round_trip = min_round_trip
+        self._sessions: set[SessionLike] = set()
+        self._ended_lsids: list[dict[str, Any]] = []
+        self._cursors: weakref.WeakSet[_Closable] = weakref.WeakSet()
+        # Idle implicit server sessions, most recently used last: (lsid, last use).
+        self._server_sessions: list[tuple[dict[str, Any], float]] = []
+        self._closed = False
+        self._closing = False
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` has finished: checkouts are refused."""
+        return self._closed
+
+    @property
+    def closing(self) -> bool:
+        """Whether :meth:`close` has begun (or finished): new work is refused."""
+        return self._closing
+
+    def check_open(self) -> None:
+        """Refuse new work once closing has begun."""
+        if self._closing:
+            raise InvalidOperation("the greenpool Client is closed")
+
+    def deadline(self, timeout: float | None, session: SessionLike | None) -> Deadline | None:
+        """The deadline of an operation starting now (see greenpool.client.timeouts)."""
+        call = check_seconds("timeout", timeout)
+        shared = session.deadline if session is not None else None
+        if shared is not None:
+            # Inside with_transaction the session carries the one deadline.
+            if call is not None:
+                raise InvalidOperation(
+                    f"timeout={timeout!r} cannot be given to an operation in a "
+                    f"with_transaction callback whose session has a time limit")
+            return shared
+        return resolve(call, self.timeout)
+
+    # -- leasing --------------------------------------------------------------------------
+
+    def checkout(self, purpose: Purpose, deadline: Deadline | None = None) -> Connection[Link]:
+        """A connection for ``purpose``, after server selection; check it in with
+        ``pool.checkin`` (or use :meth:`lease`, which also handles transactions)."""
+        if self._closed:
+            raise InvalidOperation("the greenpool Client is closed")
+        if deadline is not None:
+            return self._bounded_checkout(purpose, deadline)
+        # While closing, goodbyes (killCursors, abort, endSessions) never
+        # wait for an unreachable server.
+        self.topology.select(0 if self._closing else None)
+        conn = self.pool.checkout()
+        conn.purpose = purpose
+        return conn
+
+    def _bounded_checkout(self, purpose: Purpose, deadline: Deadline) -> Connection[Link]:
+        """Selection and checkout within the deadline (the CSOT spec's
+        computedServerSelectionTimeout); establishment too, through the
+        Client's connector, which reads the deadline this sets running."""
+        selection = deadline.bound(self.topology.server_selection_timeout)
+        self.topology.select(0 if self._closing else selection)
+        with running(deadline):
+            # The CSOT spec: under timeoutMS the deprecated waitQueueTimeoutMS
+            # is ignored; the wait gets what is left of the selection's limit.
+            conn = self.pool.checkout(deadline.bound(None), replaces_wait_queue_timeout=True)
+        conn.purpose = purpose
+        return conn
+
+    @contextlib.contextmanager
+    def lease(self, session: SessionLike | None, purpose: Purpose,
+              keep: Callable[[Connection[Link]], bool] | None = None, name: str = "",
+              deadline: Deadline | None = None) -> Iterator[Connection[Link]]:
+        """A connection for one operation: a transaction's pinned one, or one
+        checked out now and checked in afterwards. In load-balanced mode a
+        transaction's first command pins its connection to the session;
+        ``keep(conn)``, called after a successful operation, may pin it to
+        something else (a cursor) by returning True. ``name`` is the
+        command's, for the labels of a failed checkout in a transaction."""
+        if session is not None and session.pinned is not None:
+            yield session.pinned
+            return
+        in_transaction = session is not None and session.in_transaction
+        try:
+            conn = self.checkout(Purpose.TRANSACTION if in_transaction else purpose, deadline)
+        except PyMongoError as error:
+            # No connection (selection, wait queue, cleared pool): inside a
+            # transaction that is as transient as a network error.
+            _transaction_error(session, name, error)
+            raise
+        pinned = False
+        try:
+            yield conn
+            pinned = self._pin_to_transaction(session, conn) or (
+                keep is not None and keep(conn))
+        except PyMongoError as error:
+            # A transaction stays pinned after a refused command, unless the
+            # error says the transaction may be retried (elsewhere).
+            if not (error.has_error_label("TransientTransactionError")
+                    or error.has_error_label("UnknownTransactionCommitResult")):
+                pinned = self._pin_to_transaction(session, conn)
+            raise
+        finally:
+            if not pinned:
+                self.pool.checkin(conn)
+
+    # -- pinning --------------------------------------------------------------------------
+
+    def _pin_to_transaction(self, session: SessionLike | None, conn: Connection[Link]) -> bool:
+        if (session is None or not self.load_balanced or not session.in_transaction
+                or conn.error is not None):
+            return False
+        session.pinned = conn
+        return True
+
+    def unpin(self, conn: Connection[Link]) -> None:
+        """Check in a connection a session or a cursor was pinned to."""
+        self.pool.checkin(conn)
+
+    # -- sending --------------------------------------------------------------------------
+
+    def add_read_preference(self, document: dict[str, Any], preference: _ServerMode,
+                            session: SessionLike | None) -> None:
+        """Add ``$readPreference`` to a read command about to go to the
+        selected server, where the Server Selection spec says (after
+        selection: it depends on the server's type)."""
+        field = readpref.command_field(
+            preference, load_balanced=self.load_balanced,
+            server_type=self.topology.server.server_type,
+            in_transaction=session is not None and session.in_transaction)
+        if field is not None:
+            document["$readPreference"] = field
+
+    def send(self, conn: Connection[Link], dbname: str, command: dict[str, Any],
+             session: SessionLike | None, deadline: Deadline | None = None,
+             max_time: bool = True) -> dict[str, Any]:
+        """One round trip on ``conn`` with command events; errors go through SDAM.
+
+        Under a ``deadline`` the round trip gets the time left, and
+        ``maxTimeMS`` is added if ``max_time``; with too little time left
+        nothing is sent (the caller checks the connection back in)."""
+        link = conn.transport
+        assert link is not None  # a checked-out connection is established
+        round_trip: float | None = None
+        if deadline is not None and deadline.bounded:
+            # One reading of the clock: what is checked is what is used.
+            left = deadline.remaining()
+            if max_time:
+                command["maxTimeMS"] = deadline.max_time_ms(self._min_round_trip.value, left)
+            elif left <= 0:
+                raise deadline.exceeded(f"no time left for {next(iter(command))}")
+            round_trip = left
+        elif deadline is not None:
+            # timeoutMS=0: no limit, and socketTimeoutMS no longer applies
+            # (the link's None would mean socketTimeoutMS).
+            round_trip = _NO_ROUND_TRIP_LIMIT
+        name = next(iter(command))
+        request_id = next_request_id()
+        events = self._commands
+        service_id, server_id = conn.service_id, link.server_connection_id
+        if session is not None:
+            session.sending(command)
+        if events.listeners:
+            events.started(command, dbname, request_id, self.address, service_id, server_id)
+        started = time.perf_counter()
+        try:
+            reply = link.command(dbname, command, request_id=request_id, timeout=round_trip)
+        except PyMongoError as error:
+            if events.listeners:
+                events.failed(time.perf_counter() - started, error, command, dbname,
+                              request_id, self.address, service_id, server_id)
+            self.topology.handle_error(error, Phase.OPERATION, conn)
+            _transaction_error(session, name, error)
+            raise
+        except BaseException as error:
+            # Not a refusal nor a network error (a bug, an unencodable
+            # document, a kill): whatever the connection's state, it is not
+            # known to be clean, so checkin closes it.
+            conn.mark_errored(error)
+            if events.listeners and isinstance(error, Exception):
+                events.failed(time.perf_counter() - started, error, command, dbname,
+                              request_id, self.address, service_id, server_id)
+            raise
+        if events.listeners:
+            events.succeeded(time.perf_counter() - started, reply, name, dbname, request_id,
+                             self.address, service_id, server_id)
+        return reply
+
+    def run_in_session(self, session: SessionLike, dbname: str, command: dict[str, Any],
+                       deadline: Deadline | None = None) -> None:
+        """Run a command a session built itself (commit, abort)."""
+        if self._closed:
+            raise InvalidOperation("the greenpool Client is closed")
+        with self.lease(session, Purpose.TRANSACTION, name=next(iter(command)),
+                        deadline=deadline) as conn:
+            self.send(conn, dbname, command, session, deadline)
+
+    # -- implicit sessions (Sessions spec) ------------------------------------------------
+    # Without an explicit session a command runs in an implicit one: an lsid
+    # from the pool of server sessions, given back after use unless a network
+    # error made it dirty.
+
+    def take_lsid(self) -> dict[str, Any] | None:
+        """The most recently used idle server session that is not about to
+        expire, or a new one; None if the server does not support sessions.
+
+        In load-balanced mode sessions are always supported and never
+        expire here: the Load Balancer spec says to ignore
+        logicalSessionTimeoutMinutes and not to prune the session pool."""
+        if self.load_balanced:
+            if self._server_sessions:
+                return self._server_sessions.pop()[0]
+            return {"id": Binary(uuid.uuid4().bytes, UUID_SUBTYPE)}
+        minutes = self.topology.server.logical_session_timeout_minutes
+        if minutes is None:
+            return None
+        now = time.monotonic()
+        while self._server_sessions:
+            lsid, last_used = self._server_sessions.pop()
+            if now - last_used < (minutes - 1) * 60:
+                return lsid
+        return {"id": Binary(uuid.uuid4().bytes, UUID_SUBTYPE)}
+
+    def give_lsid(self, lsid: dict[str, Any], dirty: bool) -> None:
+        """Take back a server session from :meth:`take_lsid`; ``dirty`` if a
+        command in it failed other than by the server's refusal."""
+        if dirty:
+            return  # the server may still hold it busy: never reuse it
+        if self._closed:
+            self._ended_lsids.append(lsid)
+        else:
+            self._server_sessions.append((lsid, time.monotonic()))
+
+    def _end_server_sessions(self) -> None:
+        """Tell the server the sessions are over (best effort, as drivers do)."""
+        lsids = self._ended_lsids + [lsid for lsid, _ in self._server_sessions]
+        self._ended_lsids, self._server_sessions = [], []
+        if not lsids or not self.topology.server.is_server_type_known:
+            return
+        for start in range(0, len(lsids), _END_SESSIONS_BATCH):
+            batch = lsids[start:start + _END_SESSIONS_BATCH]
+            with contextlib.suppress(PyMongoError), self.lease(None, Purpose.OTHER) as conn:
+                self.send(conn, "admin", {"endSessions": batch}, None)
+
+    # -- what is open, and closing --------------------------------------------------------
+
+    def session_started(self, session: SessionLike) -> None:
+        self._sessions.add(session)
+
+    def session_ended(self, session: SessionLike) -> None:
+        """``session`` ended: its lsid goes to endSessions at close."""
+        self._sessions.discard(session)
+        self._ended_lsids.append(session.lsid)
+
+    def cursor_opened(self, cursor: _Closable) -> None:
+        """``cursor`` holds a server cursor: :meth:`close` closes it if it is still open."""
+        self._cursors.add(cursor)
+
+    def cursor_closed(self, cursor: _Closable) -> None:
+        self._cursors.discard(cursor)
+
+    def close(self) -> None:
+        """Refuse new work; close the open cursors, end the sessions (aborting
+        their transactions) and the server sessions. The goodbyes are best
+        effort: whatever they raise (a kill included), this ends closed."""
+        self._closing = True
+        try:
+            for cursor in list(self._cursors):
+                # A cursor busy in another greenlet keeps its connection
+                # until then; the closed pool closes it at checkin.
+                with contextlib.suppress(Exception):
+                    cursor.close()
+            for session in list(self._sessions):
+                with contextlib.suppress(Exception):
+                    session.end()
+            with contextlib.suppress(Exception):
+                self._end_server_sessions()
+        finally:
+            self._closed = True
+
+
+def _transaction_error(session: SessionLike | None, name: str, error: PyMongoError) -> None:
+    if session is None or not session.in_transaction:
+        return
+    # The Transactions spec: a network error inside a transaction (not
+    # its commit) makes the whole transaction retryable.
+    if (isinstance(error, ConnectionFailure) and name not in _FINISHING
+            and not error.has_error_label("TransientTransactionError")):
+        error._add_error_label("TransientTransactionError")
+    session.forget_pin_after(error)
