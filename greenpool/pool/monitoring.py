@@ -42,6 +42,10 @@ __all__ = ["LOGGER", "EventCounter", "Publisher", "check_listeners"]
 
 LOGGER = logging.getLogger("greenpool.connection")
 _ERRORS = logging.getLogger("greenpool")
+# Asked on every use, never cached here: the level may change at any time,
+# and the logger's own cache (cleared by setLevel) keeps the answer cheap.
+_logs = LOGGER.isEnabledFor
+_DEBUG = logging.DEBUG
 
 # The spec's log message reasons, by event reason.
 CLOSED_REASONS = {
@@ -108,7 +112,7 @@ class Publisher:
     @property
     def active(self) -> bool:
         """Whether anyone listens: events are only built when this is true."""
-        return bool(self.listeners) or LOGGER.isEnabledFor(logging.DEBUG)
+        return True if self.listeners else _logs(_DEBUG)
 
     # -- the outbox -----------------------------------------------------------
 
@@ -212,7 +216,7 @@ class Publisher:
     # fields when the logger is off, and build the event only for listeners.
 
     def checkout_started(self) -> None:
-        if not LOGGER.isEnabledFor(logging.DEBUG):
+        if not _logs(_DEBUG):
             if self.listeners:
                 self._outbox.append((self._notify, (
                     "connection_check_out_started",
@@ -242,7 +246,7 @@ class Publisher:
             )
 
     def checked_out(self, conn_id: int, duration: float) -> None:
-        if not LOGGER.isEnabledFor(logging.DEBUG):
+        if not _logs(_DEBUG):
             if self.listeners:
                 self._outbox.append((self._notify, (
                     "connection_checked_out",
@@ -259,7 +263,7 @@ class Publisher:
             )
 
     def checked_in(self, conn_id: int) -> None:
-        if not LOGGER.isEnabledFor(logging.DEBUG):
+        if not _logs(_DEBUG):
             if self.listeners:
                 self._outbox.append((self._notify, (
                     "connection_checked_in", _m.ConnectionCheckedInEvent(self.address, conn_id))))
@@ -281,7 +285,7 @@ class Publisher:
         self._outbox.append((self._deliver, (method, event, fields, text)))
 
     def _deliver(self, method: str, event: object, fields: dict[str, Any], text: str) -> None:
-        if LOGGER.isEnabledFor(logging.DEBUG):
+        if _logs(_DEBUG):
             LOGGER.debug(text, extra={"structured": fields})
         self._notify(method, event)
 
