@@ -77,6 +77,7 @@ from greenpool.pool.connection import (
 )
 from greenpool.pool.failures import _CheckoutFailures
 from greenpool.pool.forking import real_thread_id
+from greenpool.pool.monitoring import DEBUG, logs
 from greenpool.pool.poolstate import PoolState
 from greenpool.pool.waitqueue import WaitTimedOut
 
@@ -132,7 +133,8 @@ class _HotPath(_CheckoutFailures[T]):
         # or the log on, it reports what the general path would: the same
         # events in the same order, flushed once the connection is ours.
         if self._state is _READY and not self._queue.waiting:
-            if not self._events.active:
+            events = self._events
+            if not (events.listeners or logs(DEBUG)):  # Publisher.active, inline
                 conn = self._take_fresh()
                 if conn is not None:
                     conn._out_at = _now()
@@ -141,7 +143,7 @@ class _HotPath(_CheckoutFailures[T]):
                 started = _now()
                 conn = self._take_fresh()
                 if conn is not None:
-                    self._events.checkout_started()
+                    events.checkout_started()
                     return self._hand_out(conn, started)
         return self._checkout(timeout, replaces_wait_queue_timeout)
 
@@ -266,7 +268,7 @@ class _HotPath(_CheckoutFailures[T]):
                 and self._state is _READY
                 and conn.error is None and conn.generation == self._generation
                 and not self._load_balanced and conn._pid == self._pid):
-            if events.active:
+            if events.listeners or logs(DEBUG):  # Publisher.active, inline
                 events.checked_in(conn.id)
             now = _now()
             self._tally.usage_s += now - conn._out_at
