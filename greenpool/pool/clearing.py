@@ -92,8 +92,10 @@ class _Clearing(_PoolFields[T]):
             self._state = step.state
             if step.emit:
                 self._events.pool_cleared(None, interrupt_in_use_connections)
-            address = self.address
-            self._queue.fail_all(lambda: PoolClearedError.cleared(address, error))
+            # Each waiter raises its own error (its own traceback), but the
+            # message is the same: built once, not once per waiter.
+            address, message = self.address, PoolClearedError.cleared(self.address, error).message
+            self._queue.fail_all(lambda: PoolClearedError(message, address, cause=error))
         if interrupt_in_use_connections:
             self._interrupt(service_id)
         self._alarm.ring()  # the background run closes stale idle connections now

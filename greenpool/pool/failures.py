@@ -31,15 +31,17 @@ __all__: list[str] = []
 T = TypeVar("T", bound=Transport)
 
 _now = time.monotonic
+_READY = PoolState.READY  # one global lookup, not a global and a class attribute
+_CLOSED = PoolState.CLOSED
 
 
 class _CheckoutFailures(_PoolFields[T]):
     """A checkout's refusal and failure reports: see the module docstring."""
 
     def _refusal(self) -> BaseException | None:
-        if self._state is PoolState.READY:
+        if self._state is _READY:
             return None
-        if self._state is PoolState.CLOSED:
+        if self._state is _CLOSED:
             return PoolClosedError(self.address)
         if self._generation == 0:
             return PoolClearedError.not_ready(self.address)
@@ -56,7 +58,12 @@ class _CheckoutFailures(_PoolFields[T]):
         self._count_failed_request(waited, reason)
         self._events.checkout_failed(reason, waited, detail)
         self._events.flush()
-        raise error
+        try:
+            raise error
+        finally:
+            # The traceback holds this frame: without its locals, the error
+            # makes no cycle through it and dies without the collector.
+            del error, detail
 
     def _report_killed_checkout(self, started: float, kill: BaseException) -> None:
         """Report a checkout ended by a kill, without yielding: a yield here

@@ -38,10 +38,16 @@ from pymongo import monitoring as _m
 
 from greenpool.address import Address
 
-__all__ = ["LOGGER", "EventCounter", "Publisher", "check_listeners"]
+__all__ = ["DEBUG", "LOGGER", "EventCounter", "Publisher", "check_listeners", "logs"]
 
 LOGGER = logging.getLogger("greenpool.connection")
 _ERRORS = logging.getLogger("greenpool")
+# ``logs(DEBUG)``: whether the log is on. Asked on every use, never cached
+# here: the level may change at any time, and the logger's own cache (cleared
+# by setLevel) keeps the answer cheap. The hot path asks it directly, with
+# ``Publisher.listeners``, rather than through ``Publisher.active``.
+logs = LOGGER.isEnabledFor
+DEBUG = logging.DEBUG
 
 # The spec's log message reasons, by event reason.
 CLOSED_REASONS = {
@@ -108,7 +114,7 @@ class Publisher:
     @property
     def active(self) -> bool:
         """Whether anyone listens: events are only built when this is true."""
-        return bool(self.listeners) or LOGGER.isEnabledFor(logging.DEBUG)
+        return True if self.listeners else logs(DEBUG)
 
     # -- the outbox -----------------------------------------------------------
 
@@ -212,7 +218,7 @@ class Publisher:
     # fields when the logger is off, and build the event only for listeners.
 
     def checkout_started(self) -> None:
-        if not LOGGER.isEnabledFor(logging.DEBUG):
+        if not logs(DEBUG):
             if self.listeners:
                 self._outbox.append((self._notify, (
                     "connection_check_out_started",
@@ -242,7 +248,7 @@ class Publisher:
             )
 
     def checked_out(self, conn_id: int, duration: float) -> None:
-        if not LOGGER.isEnabledFor(logging.DEBUG):
+        if not logs(DEBUG):
             if self.listeners:
                 self._outbox.append((self._notify, (
                     "connection_checked_out",
@@ -259,7 +265,7 @@ class Publisher:
             )
 
     def checked_in(self, conn_id: int) -> None:
-        if not LOGGER.isEnabledFor(logging.DEBUG):
+        if not logs(DEBUG):
             if self.listeners:
                 self._outbox.append((self._notify, (
                     "connection_checked_in", _m.ConnectionCheckedInEvent(self.address, conn_id))))
@@ -281,7 +287,7 @@ class Publisher:
         self._outbox.append((self._deliver, (method, event, fields, text)))
 
     def _deliver(self, method: str, event: object, fields: dict[str, Any], text: str) -> None:
-        if LOGGER.isEnabledFor(logging.DEBUG):
+        if logs(DEBUG):
             LOGGER.debug(text, extra={"structured": fields})
         self._notify(method, event)
 
