@@ -53,7 +53,7 @@ from typing import Any
 
 import gevent
 from pymongo import monitoring as _m
-from pymongo.errors import AutoReconnect, ConnectionFailure, InvalidOperation, NetworkTimeout
+from pymongo.errors import AutoReconnect, InvalidOperation, NetworkTimeout
 from pymongo.read_preferences import _ServerMode
 
 from greenpool.address import Address, format_address
@@ -221,20 +221,7 @@ class Client:
         conn = ops.checkout(Purpose.OTHER)
         try:
             ops.add_read_preference(document, preference, None)
-            lsid = None if "lsid" in document else ops.take_lsid()
-            if lsid is None:
-                return ops.send(conn, dbname, document, None)
-            document["lsid"] = lsid
-            dirty = False
-            try:
-                return ops.send(conn, dbname, document, None)
-            except ConnectionFailure:
-                dirty = True
-                raise
-            finally:
-                # A kill mid-command breaks the connection: the server may
-                # still run the command in this session, so never reuse it.
-                ops.give_lsid(lsid, dirty or conn.error is not None)
+            return ops.send_in_implicit_session(conn, dbname, document)
         finally:
             self.pool.checkin(conn)
 
@@ -250,18 +237,7 @@ class Client:
                 return ops.send(conn, dbname, document, session, deadline)
         with ops.lease(None, Purpose.OTHER, deadline=deadline) as conn:
             ops.add_read_preference(document, preference, None)
-            lsid = None if "lsid" in document else ops.take_lsid()
-            if lsid is None:
-                return ops.send(conn, dbname, document, None, deadline)
-            document["lsid"] = lsid
-            dirty = False
-            try:
-                return ops.send(conn, dbname, document, None, deadline)
-            except ConnectionFailure:
-                dirty = True
-                raise
-            finally:
-                ops.give_lsid(lsid, dirty or conn.error is not None)
+            return ops.send_in_implicit_session(conn, dbname, document, deadline)
 
     def cursor(self, dbname: str, command: Mapping[str, Any], *, batch_size: int | None = None,
                session: Session | None = None, timeout: float | None = None,

@@ -10,7 +10,9 @@ and its sessions all run their commands through it, with its public methods:
   timeoutMS rules (maxTimeMS, the round trip's time limit), SDAM's verdict on
   errors, and the transaction labels the Transactions spec adds;
 * lending and taking back implicit server sessions (:meth:`~Operations.take_lsid`,
-  :meth:`~Operations.give_lsid`), ending them all with ``endSessions`` at close;
+  :meth:`~Operations.give_lsid`, both around one command in
+  :meth:`~Operations.send_in_implicit_session`), ending them all with ``endSessions`` at
+  close;
 * pinning connections to load-balanced transactions and cursors, and
   unpinning them (:meth:`~Operations.unpin`);
 * the open cursors and explicit sessions, closed and ended by :meth:`~Operations.close`.
@@ -321,6 +323,27 @@ class Operations:
             if now - last_used < (minutes - 1) * 60:
                 return lsid
         return {"id": Binary(uuid.uuid4().bytes, UUID_SUBTYPE)}
+
+    def send_in_implicit_session(self, conn: Connection[Link], dbname: str,
+                                 command: dict[str, Any],
+                                 deadline: Deadline | None = None) -> dict[str, Any]:
+        """:meth:`send` without an explicit session: in an implicit one lent
+        by :meth:`take_lsid` (unless the command names its own ``lsid``, or
+        the server has no sessions) and given back afterwards."""
+        lsid = None if "lsid" in command else self.take_lsid()
+        if lsid is None:
+            return self.send(conn, dbname, command, None, deadline)
+        command["lsid"] = lsid
+        dirty = False
+        try:
+            return self.send(conn, dbname, command, None, deadline)
+        except ConnectionFailure:
+            dirty = True
+            raise
+        finally:
+            # A kill mid-command breaks the connection: the server may
+            # still run the command in this session, so never reuse it.
+            self.give_lsid(lsid, dirty or conn.error is not None)
 
     def give_lsid(self, lsid: dict[str, Any], dirty: bool) -> None:
         """Take back a server session from :meth:`take_lsid`; ``dirty`` if a
