@@ -20,6 +20,7 @@ from greenpool.pool.connection import Connection, ConnectionState, PoolStats, Pu
 from greenpool.pool.options import PoolOptions
 from greenpool.pool.pool import Pool
 from greenpool.pool.poolstate import PoolState
+from greenpool.pool.reports import pool_reports, report_on_signal
 
 __all__ = [
     "Client",
@@ -39,5 +40,7 @@ __all__ = [
     "Transport",
     "WaitQueueTimeoutError",
     "__version__",
+    "pool_reports",
+    "report_on_signal",
     "timeout",
 ]

@@ -98,23 +98,32 @@ class PoolClearedError(_pymongo_errors.AutoReconnect):
 
 
 class WaitQueueTimeoutError(_pymongo_errors.WaitQueueTimeoutError):
-    """No connection became available within the checkout timeout.
+    """No connection became available within the checkout timeout
+    (waitQueueTimeoutMS, or what was left of an operation's timeoutMS).
 
     ``message`` is the spec's text; ``str(error)`` adds the address and the
     pool's counts at the moment of the timeout, which is what you need to tell
     a pool that is too small from connections that are never checked in.
-    In load-balanced mode ``str(error)`` is exactly the Load Balancer spec's
-    message with the in-use counts by purpose.
+    In load-balanced mode ``str(error)`` begins with the Load Balancer spec's
+    message with the in-use counts by purpose. Then, one per line, come the
+    connections' holders, longest-held first (at most
+    ``greenpool.pool.holds.LISTED_HOLDERS``): how long each has been held, by
+    which greenlet, where it was checked out and where that greenlet is now.
+    ``holders`` holds the same, as :class:`greenpool.pool.holds.Holder` records.
     """
 
     __module__ = "greenpool"
 
     message = "Timed out while checking out a connection from connection pool"
 
-    def __init__(self, address: Address, text: str, **details: Any) -> None:
+    def __init__(self, address: Address, text: str, *, holders: tuple[Any, ...] = (),
+                 **details: Any) -> None:
         super().__init__(text)
         self.address = address
         self.details = details
+        #: The longest-held connections' holders
+        #: (:class:`greenpool.pool.holds.Holder`), longest first.
+        self.holders = holders
 
 
 class ProtocolError(_pymongo_errors.ProtocolError):

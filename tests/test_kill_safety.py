@@ -14,7 +14,10 @@ flush, the SDAM error hook. Two tests:
 Every listener call and every connector call asserts the pool's invariants
 (so "maxPoolSize never exceeded" is checked at every instant anyone can
 observe), and after each burst all workers stop and the pool must hold
-nothing (no in-use, pending or waiting leftovers) and still serve.
+nothing (no in-use, pending or waiting leftovers) and still serve. Hold
+records too: at every yield point no connection outside the in-use set has
+one, none names a greenlet that has ended (every worker checks in before it
+ends), and the wait queue's oldest wait belongs to a live waiter.
 """
 
 from __future__ import annotations
@@ -55,7 +58,15 @@ class YieldPoints(BaseYieldPoints):
         return self.in_checkout
 
     def hit(self, pool: Pool[Any]) -> None:
-        self.yield_here(pool._check_invariants)
+        self.yield_here(lambda: check_holds(pool))
+
+
+def check_holds(pool: Pool[Any]) -> None:
+    """The pool's invariants (hold records on in-use connections only), and
+    no hold record names a greenlet that has ended."""
+    pool._check_invariants()
+    stale = [holder for holder in pool.holders() if holder.ended]
+    assert not stale, f"hold records of greenlets that ended: {stale}"
 
 
 class YieldingListener(monitoring.ConnectionPoolListener):
@@ -89,7 +100,8 @@ def build_pool(points: YieldPoints, options: dict[str, Any],
     def on_error(error: Exception, conn: Any) -> None:
         points.hit(get_pool())
 
-    pool = Pool(ADDRESS, options, connector=connector, on_establish_error=on_error)
+    pool = Pool(ADDRESS, options, connector=connector, on_establish_error=on_error,
+                acquire_sites=True)
     pool.ready()
     pool._events.listeners = (YieldingListener(points, get_pool),)
     return pool
@@ -102,6 +114,8 @@ def assert_quiescent(pool: Pool[Any], checkouts: int | None = None) -> None:
     pool._check_invariants()
     stats = pool.stats()
     assert (stats.in_use, stats.pending, stats.waiting) == (0, 0, 0), stats
+    report = pool.report()
+    assert (report.holders, report.waiting, report.oldest_wait) == ((), 0, None), report
     counted = pool.get_stats()
     # Every checkout either returned or raised, exactly once, kills included.
     if checkouts is not None:

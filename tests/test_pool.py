@@ -245,11 +245,14 @@ def test_load_balanced_timeout_message_counts_purposes() -> None:
     pool.checkout()
     with pytest.raises(WaitQueueTimeoutError) as raised:
         pool.checkout(timeout=0.01)
-    assert str(raised.value) == (
+    spec_message, *holders = str(raised.value).splitlines()
+    assert spec_message == (
         "Timeout waiting for connection from the connection pool. maxPoolSize: 3, "
         "connections in use by cursors: 1, connections in use by transactions: 1, "
         "connections in use by other operations: 1"
     )
+    # Then the holders (tests/test_holds.py): all three are this greenlet's.
+    assert holders[0] == "Held by, longest first:" and len(holders) == 4
 
 
 # -- establishment ----------------------------------------------------------------------

@@ -9,7 +9,11 @@ Fields: it owns the connection sets ``_available``, ``_in_use`` and
 ``_pending``, the wait queue ``_queue``, ``_turns`` and ``_next_id``; it
 reads ``_state``, ``_generation`` and the option copies, reads
 ``_filling`` (and drops a connection from it when it stops pending), and
-counts in ``_tally``.
+counts in ``_tally``. It keeps each connection's hold record
+(``holds.py``): the holder greenlet at every hand-out (a getcurrent and a
+store), the acquire site only when ``_acquire_sites`` (the frame walk is
+what costs), both cleared by the checkin, in the same step as the move out
+of ``_in_use`` or the handoff to a waiter.
 
 The verbs, the only ones for connections moving back and on:
 
@@ -62,6 +66,7 @@ import time
 from typing import TypeVar
 
 import gevent
+from gevent import getcurrent as _getcurrent
 from pymongo.monitoring import ConnectionCheckOutFailedReason as _Failed
 from pymongo.monitoring import ConnectionClosedReason as _Closed
 
@@ -77,6 +82,7 @@ from greenpool.pool.connection import (
 )
 from greenpool.pool.failures import _CheckoutFailures
 from greenpool.pool.forking import real_thread_id
+from greenpool.pool.holds import acquire_site as _acquire_site
 from greenpool.pool.monitoring import DEBUG, logs
 from greenpool.pool.poolstate import PoolState
 from greenpool.pool.waitqueue import WaitTimedOut
@@ -138,6 +144,9 @@ class _HotPath(_CheckoutFailures[T]):
                 conn = self._take_fresh()
                 if conn is not None:
                     conn._out_at = _now()
+                    conn._holder = _getcurrent()
+                    if self._acquire_sites:
+                        conn._site = _acquire_site()
                     return conn
             else:
                 started = _now()
@@ -179,6 +188,9 @@ class _HotPath(_CheckoutFailures[T]):
         now = _now()
         self._tally.requests_wait_s += now - started
         conn._out_at = now
+        conn._holder = _getcurrent()
+        if self._acquire_sites:
+            conn._site = _acquire_site()  # from our caller on: checkout, _checkout
         events.checked_out(conn.id, now - started)
         try:
             events.flush()
@@ -199,7 +211,7 @@ class _HotPath(_CheckoutFailures[T]):
             conn = self._grant(wanting=1)
             if conn is not None:
                 return conn
-        slot = self._queue.join()
+        slot = self._queue.join(started)
         self._tally.requests_queued += 1
         # One more waiter can mean one more creation: waiters beyond those the
         # background establishments will serve may create (see _grant).
@@ -273,6 +285,7 @@ class _HotPath(_CheckoutFailures[T]):
             now = _now()
             self._tally.usage_s += now - conn._out_at
             conn.purpose = _OTHER
+            conn._holder = None
             queue = self._queue
             if not (queue.waiting and queue.deliver(conn)):
                 self._in_use.discard(conn)
@@ -309,6 +322,8 @@ class _HotPath(_CheckoutFailures[T]):
         it is broken, else hand it to the oldest waiter (it stays in use) or
         make it available. Whether it was kept."""
         conn.purpose = _OTHER
+        conn.pinned = False
+        conn._holder = None
         if self._state is _CLOSED:
             reason: str | None = _Closed.POOL_CLOSED
         else:

@@ -28,6 +28,7 @@ from bson.objectid import ObjectId
 from pymongo.monitoring import ConnectionClosedReason as _Closed
 
 from greenpool.address import Address, format_address
+from greenpool.pool.holds import RawSite
 from greenpool.pool.monitoring import Publisher
 
 __all__ = [
@@ -88,9 +89,9 @@ class Connection(Generic[T]):
     """
 
     __slots__ = (
-        "__weakref__", "_counted", "_created_at", "_establisher", "_idle_since", "_out_at", "_pid",
-        "_pool", "error", "generation", "id", "interrupted", "purpose", "service_id", "state",
-        "transport",
+        "__weakref__", "_counted", "_created_at", "_establisher", "_holder", "_idle_since",
+        "_out_at", "_pid", "_pool", "_site", "error", "generation", "id", "interrupted",
+        "pinned", "purpose", "service_id", "state", "transport",
     )
 
     def __init__(self, pool: Owner, conn_id: int, generation: int) -> None:
@@ -102,6 +103,9 @@ class Connection(Generic[T]):
         self.transport: T | None = None
         self.state = ConnectionState.PENDING
         self.purpose = Purpose.OTHER
+        #: Kept checked out past its operation by a cursor or a transaction
+        #: (load-balanced mode); checkin clears it.
+        self.pinned = False
         #: The error that made this connection unusable, if any.
         self.error: BaseException | None = None
         #: Whether clear(interrupt_in_use_connections=True) interrupted it.
@@ -111,6 +115,10 @@ class Connection(Generic[T]):
         self._created_at = _now()
         self._idle_since = 0.0
         self._out_at = 0.0  # when the current checkout handed it out (usage time)
+        # The hold record (holds.py), set at hand-out, cleared at checkin: the
+        # greenlet that checked it out and where (None between holds).
+        self._holder: Any = None
+        self._site: RawSite | None = None
         self._establisher: Any = None
         self._counted = False
 

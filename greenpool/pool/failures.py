@@ -2,7 +2,8 @@
 
 What lives here: :class:`_CheckoutFailures`, the base of the hot path
 (``checkout.py``): why the pool refuses a checkout now, the timeout error
-with the pool's counts, and the reporting of a failed or killed checkout.
+with the pool's counts and the connections' holders, and the reporting of
+a failed or killed checkout.
 Every failure counts in the tally and emits ConnectionCheckOutFailed; a
 killed checkout reports without yielding (``flush_later``), so that no
 other exception can replace the kill.
@@ -24,6 +25,7 @@ from greenpool.address import format_address
 from greenpool.errors import PoolClearedError, PoolClosedError, WaitQueueTimeoutError
 from greenpool.pool.connection import Transport
 from greenpool.pool.fields import _PoolFields
+from greenpool.pool.holds import LISTED_HOLDERS, describe_holders, snapshot
 from greenpool.pool.poolstate import PoolState
 
 __all__: list[str] = []
@@ -84,6 +86,8 @@ class _CheckoutFailures(_PoolFields[T]):
     def _timeout_error(self, started: float) -> WaitQueueTimeoutError:
         stats = self.stats()
         waited = _now() - started
+        holds = list(self._holds())
+        holders = snapshot(holds, LISTED_HOLDERS)
         if self.options.load_balanced:
             counts = stats.in_use_by_purpose
             text = (
@@ -101,7 +105,8 @@ class _CheckoutFailures(_PoolFields[T]):
                 f"waiting: {stats.waiting})"
             )
         return WaitQueueTimeoutError(
-            self.address, text, waited=waited, max_pool_size=stats.max_pool_size,
+            self.address, text + describe_holders(holders, len(holds)), holders=holders,
+            waited=waited, max_pool_size=stats.max_pool_size,
             in_use=stats.in_use, in_use_by_purpose=dict(stats.in_use_by_purpose),
             available=stats.available, pending=stats.pending, waiting=stats.waiting,
         )

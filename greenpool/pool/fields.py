@@ -29,6 +29,7 @@ when the pool was one class. Imports: the pool core only.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -36,6 +37,7 @@ from bson.objectid import ObjectId
 
 from greenpool.address import Address
 from greenpool.pool.connection import Connection, Connector, ErrorHandler, PoolStats, Transport
+from greenpool.pool.holds import Hold
 from greenpool.pool.metrics import Tally
 from greenpool.pool.monitoring import Publisher
 from greenpool.pool.options import PoolOptions
@@ -63,15 +65,22 @@ class _PoolFields(Generic[T]):
     _events: Publisher
     #: Counters: every piece counts in it; pop_stats replaces it.
     _tally: Tally
+    #: Whether checkouts record their acquire site (the hot path reads it).
+    _acquire_sites: bool
+    #: Seconds a connection may be held before the watcher reports it
+    #: (None: no watcher; maintenance.py starts and stops it).
+    _long_hold_threshold: float | None
     #: Paused, ready or closed: ready and close (pool.py) and clear
     #: (clearing.py) move it; the hot path refuses checkouts by it.
     _state: PoolState
 
     # -- checkout.py: the connection sets and the waiters --------------------------
-    # Each connection is in exactly one set, matching its state. The hot path
-    # moves connections between them. Maintenance moves a connection it
-    # established from pending to in use and prunes available (replacing
-    # the deque); close retires every available one.
+    # Each connection is in exactly one set, matching its state. Only one in
+    # use carries a hold record (``_holder``, ``_site``; holds.py), from its
+    # hand-out to its checkin. The hot path moves connections between them.
+    # Maintenance moves a connection it established from pending to in use
+    # and prunes available (replacing the deque); close retires every
+    # available one.
     _available: deque[Connection[T]]  # newest on the right
     _in_use: set[Connection[T]]
     _pending: set[Connection[T]]
@@ -102,6 +111,7 @@ class _PoolFields(Generic[T]):
     _alarm: Alarm
     _maintainer: Any  # gevent.Greenlet | None
     _fillers: set[Any]  # gevent.Greenlet
+    _watcher: Any  # gevent.Greenlet | None: the long-hold watcher (longholds.py)
 
     # -- forking.py: the process and OS thread the pool belongs to ----------------
     #: The hot path and the background run compare them inline.
@@ -115,6 +125,7 @@ class _PoolFields(Generic[T]):
         @property
         def closed(self) -> bool: ...
         def stats(self) -> PoolStats: ...
+        def _holds(self) -> Iterator[Hold]: ...
 
         # checkout.py
         def checkin(self, conn: Connection[T]) -> None: ...

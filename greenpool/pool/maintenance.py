@@ -5,11 +5,12 @@ whichever greenlet needs it: a checkout's own, or a filler the background run
 spawned. The background is one maintenance greenlet per ready pool
 (``_maintain``): a Background Thread Run (CMAP) whenever the interval
 passes or someone rings ``_alarm``, which closes perished available
-connections and spawns fillers up to minPoolSize.
+connections and spawns fillers up to minPoolSize; and, with a
+long_hold_threshold, the long-hold watcher (``longholds.py``).
 
 What lives here: :class:`_Maintenance`, the pool's piece that owns
 ``_connector``, ``_on_establish_error``, ``_filling``, ``_alarm``,
-``_maintainer`` and ``_fillers``, and the maintenance greenlet's loop. Of the
+``_maintainer``, ``_fillers`` and ``_watcher``, and the maintenance greenlet's loop. Of the
 hot path's sets it touches two moves: an established connection from
 ``_pending`` to ``_in_use``, and the pruning of ``_available``.
 
@@ -33,6 +34,7 @@ from gevent import getcurrent
 from pymongo.monitoring import ConnectionClosedReason as _Closed
 
 from greenpool.errors import PoolClearedError
+from greenpool.pool import longholds
 from greenpool.pool.connection import (
     Connection,
     ConnectionState,
@@ -117,6 +119,9 @@ class _Maintenance(_PoolFields[T]):
     # -- the background -----------------------------------------------------------
 
     def _start_maintenance(self) -> None:
+        if self._long_hold_threshold is not None and (
+                self._watcher is None or self._watcher.dead):
+            self._watcher = gevent.spawn(longholds.watch, weakref.ref(self), Alarm())
         if self.options.background_interval is None:
             return  # the test hook for "never run"
         if self._maintainer is None or self._maintainer.dead:
@@ -124,8 +129,9 @@ class _Maintenance(_PoolFields[T]):
         self._alarm.ring()
 
     def _stop_maintenance(self) -> None:
-        greenlets = [g for g in (self._maintainer, *self._fillers) if g is not None]
-        self._maintainer = None
+        greenlets = [g for g in (self._maintainer, self._watcher, *self._fillers)
+                     if g is not None]
+        self._maintainer = self._watcher = None
         self._fillers.clear()
         for greenlet in greenlets:
             if greenlet is not getcurrent():

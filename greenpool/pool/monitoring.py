@@ -23,6 +23,11 @@ of each pool operation (``flush``), so
 
 Deferred side effects that must not run inside a state change (closing a
 connection's transport) go through the same outbox.
+
+Beyond the spec: a long hold (``longholds.py``) is a WARNING on the
+``greenpool`` logger, and goes to the listeners that define
+``connection_held_too_long`` (PyMongo's listener classes do not, so
+:func:`report_long_hold` asks each one).
 """
 
 from __future__ import annotations
@@ -38,7 +43,8 @@ from pymongo import monitoring as _m
 
 from greenpool.address import Address
 
-__all__ = ["DEBUG", "LOGGER", "EventCounter", "Publisher", "check_listeners", "logs"]
+__all__ = ["DEBUG", "LOGGER", "EventCounter", "Publisher", "check_listeners", "logs",
+           "report_long_hold"]
 
 LOGGER = logging.getLogger("greenpool.connection")
 _ERRORS = logging.getLogger("greenpool")
@@ -275,6 +281,12 @@ class Publisher:
                        f"Connection checked in: address={self._where()}, "
                        f"driver-generated ID={conn_id}")
 
+    # -- beyond the spec ------------------------------------------------------
+
+    def long_hold(self, event: object, text: str, fields: dict[str, Any]) -> None:
+        """A connection held too long (see ``longholds.py``)."""
+        self._outbox.append((report_long_hold, (self.listeners, event, text, fields)))
+
     # -- delivery -------------------------------------------------------------
 
     def _where(self) -> str:
@@ -297,6 +309,21 @@ class Publisher:
                 getattr(listener, method)(event)
             except Exception:
                 _ERRORS.exception("greenpool: listener %r raised in %s", listener, method)
+
+
+def report_long_hold(listeners: Iterable[object], event: object, text: str,
+                     fields: dict[str, Any]) -> None:
+    """Log a long hold, then hand ``event`` to the listeners that listen for it."""
+    _ERRORS.warning(text, extra={"structured": fields})
+    for listener in listeners:
+        method = getattr(listener, "connection_held_too_long", None)
+        if method is None:
+            continue
+        try:
+            method(event)
+        except Exception:
+            _ERRORS.exception("greenpool: listener %r raised in connection_held_too_long",
+                              listener)
 
 
 def _describe(error: BaseException) -> str:

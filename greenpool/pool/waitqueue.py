@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterator
+from time import monotonic
 from typing import Any, Generic, TypeVar
 
 from gevent import get_hub, getcurrent, sleep
@@ -56,9 +57,11 @@ class WaitTimedOut(Exception):
 class Slot(Generic[T]):
     """One waiter's place in a :class:`WaitQueue`, resolved at most once."""
 
-    __slots__ = ("_error", "_greenlet", "_hub", "_queue", "_resolved", "_value")
+    __slots__ = ("_error", "_greenlet", "_hub", "_queue", "_resolved", "_value", "since")
 
-    def __init__(self, queue: WaitQueue[T]) -> None:
+    def __init__(self, queue: WaitQueue[T], since: float) -> None:
+        #: When its waiter started waiting (``time.monotonic()``).
+        self.since = since
         self._queue = queue
         self._resolved = False
         self._value: T | None = None
@@ -177,14 +180,22 @@ class WaitQueue(Generic[T]):
     def __len__(self) -> int:
         return self.waiting
 
-    def join(self) -> Slot[T]:
-        """A new slot at the back of the line."""
+    def join(self, since: float | None = None) -> Slot[T]:
+        """A new slot at the back of the line, for a waiter that started
+        waiting at ``since`` (``time.monotonic()``; None: now)."""
         if len(self._slots) > 2 * self.waiting + _COMPACT_SLACK:
             self._slots = deque(slot for slot in self._slots if not slot.resolved)
-        slot: Slot[T] = Slot(self)
+        slot: Slot[T] = Slot(self, monotonic() if since is None else since)
         self._slots.append(slot)
         self.waiting += 1
         return slot
+
+    def oldest_since(self) -> float | None:
+        """When the longest-waiting live slot's waiter started waiting, if any."""
+        for slot in self._slots:
+            if not slot._resolved:
+                return slot.since
+        return None
 
     def deliver(self, value: T) -> bool:
         """Give ``value`` to the oldest live slot; False if there is none."""
