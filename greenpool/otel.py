@@ -26,7 +26,10 @@ It records, each with the attribute ``db.client.connection.pool.name``
 * ``db.client.connection.timeouts``: checkouts that failed by timeout;
 * histograms ``db.client.connection.create_time`` (ConnectionReady's
   duration), ``.wait_time`` (ConnectionCheckedOut's duration) and
-  ``.use_time`` (checked out until checked in), in seconds.
+  ``.use_time`` (checked out until checked in), in seconds;
+* ``greenpool.connection.long_holds``: connections held longer than the
+  pool's ``long_hold_threshold`` (greenpool's own event, not CMAP's, hence
+  greenpool's name rather than the conventions'), one per checkout.
 
 Recording never blocks: the SDK's instruments take an uncontended lock and
 return, so a listener that records does not add a yield point to the pool.
@@ -122,6 +125,10 @@ class ConnectionMetrics(monitoring.ConnectionPoolListener):
             "db.client.connection.use_time", unit="s",
             explicit_bucket_boundaries_advisory=_BUCKETS,
             description="The time between borrowing a connection and returning it to the pool.")
+        self._long_holds = meter.create_counter(
+            "greenpool.connection.long_holds", unit="{hold}",
+            description="The number of connections held longer than the pool's "
+                        "long_hold_threshold, counted once per checkout.")
 
     def _track(self, address: Any) -> _PoolTrack:
         track = self._pools.get(address)
@@ -166,6 +173,7 @@ class ConnectionMetrics(monitoring.ConnectionPoolListener):
         # Zero points, so a dashboard shows the series before the first event.
         self._pending_requests.add(0, track.attributes)
         self._timeouts.add(0, track.attributes)
+        self._long_holds.add(0, track.attributes)
         self._count.add(0, track.idle)
         self._count.add(0, track.used)
 
@@ -218,6 +226,10 @@ class ConnectionMetrics(monitoring.ConnectionPoolListener):
         duration = getattr(event, "duration", None)
         if duration is not None:
             self._wait_time.record(duration, track.attributes)
+
+    def connection_held_too_long(self, event: Any) -> None:
+        """greenpool's ``ConnectionHeldTooLongEvent`` (greenpool.pool.longholds)."""
+        self._long_holds.add(1, self._track(event.address).attributes)
 
     def connection_checked_in(self, event: monitoring.ConnectionCheckedInEvent) -> None:
         track = self._track(event.address)

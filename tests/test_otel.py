@@ -125,3 +125,19 @@ def test_the_same_instrumentation_works_for_greenpool_pymongo_pools(mongodb_uri:
         assert points[of("db.client.connection.create_time", name)].count >= 1
     finally:
         client.close()
+
+
+def test_long_holds_are_counted_once_per_hold() -> None:
+    meters, reader = provider()
+    name = "db.test:27017"
+    pool: Pool[Any] = Pool(("db.test", 27017), connector=MockConnector(),
+                           listeners=[ConnectionMetrics(meters)], long_hold_threshold=0.02)
+    pool.ready()
+    assert read(reader)[of("greenpool.connection.long_holds", name)] == 0
+    for _ in range(2):
+        with pool.checkout():
+            gevent.sleep(0.1)
+    with pool.checkout():
+        pass  # not long
+    assert read(reader)[of("greenpool.connection.long_holds", name)] == 2
+    pool.close()
