@@ -1,6 +1,7 @@
 """Pool-only benchmark with a mock connector (no server, no sockets).
 
     .venv/bin/python benchmarks/bench_pool.py [--quick] [--repeat N]
+    .venv/bin/python benchmarks/bench_pool.py --against DIR [--rounds N] [--quick]
 
 Measures, side by side in one run:
 
@@ -13,23 +14,39 @@ Measures, side by side in one run:
    FIFO ideal (a greenlet's wait when the whole queue ahead of it is served at
    the measured throughput).
 
+``--against DIR`` compares the uncontended cycle of this tree's greenpool with
+the one in DIR (another checkout, e.g. ``git worktree add /tmp/before main``),
+side by side: each round runs this tree (a bare pool, as DIR's), the same
+with ``acquire_sites=True`` (what recording every acquire site costs), and
+DIR, each in a fresh interpreter started with ``-S`` and the tree first on ``PYTHONPATH``
+(an editable install cannot shadow either), in an order that rotates from
+round to round. It prints each round's times and their ratios to DIR's.
+
 This is not part of the test suite: timings on shared machines are noisy, so
-compare ratios from one run, and repeat (``--repeat``) to see the spread.
+compare ratios from one run, and repeat (``--repeat``, ``--rounds``) to see
+the spread.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import json
+import os
+import site
 import statistics
+import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import gevent
 import gevent.lock
 
 from greenpool import Pool
+
+HERE = Path(__file__).resolve().parent
 
 
 class NullTransport:
@@ -52,8 +69,8 @@ def best_rate(run: Any, cycles: int, rounds: int = 5) -> float:
     return best
 
 
-def uncontended(cycles: int) -> dict[str, float]:
-    pool: Pool[NullTransport] = Pool(("bench", 27017), connector=connector)
+def uncontended(cycles: int, **pool_options: Any) -> dict[str, float]:
+    pool: Pool[NullTransport] = Pool(("bench", 27017), connector=connector, **pool_options)
     pool.ready()
     pool.checkin(pool.checkout())  # create the connection outside the timing
 
@@ -124,12 +141,72 @@ def contended(greenlets: int, operations: int, pool_size: int) -> dict[str, floa
     }
 
 
+# -- this tree against another, side by side ---------------------------------------------
+
+VARIANTS = ("this tree", "this tree, acquire_sites=True", "against")
+
+
+def child(sites: bool, cycles: int) -> None:
+    """One variant's uncontended figures, as JSON on stdout."""
+    import greenpool
+
+    options = {"acquire_sites": True} if sites else {}
+    print(json.dumps({"greenpool": greenpool.__file__, **uncontended(cycles, **options)}))
+
+
+def run_variant(tree: Path, sites: bool, cycles: int) -> dict[str, Any]:
+    # -S: no site-packages processing, so the venv's editable install of
+    # greenpool cannot win over the tree; its packages come from PYTHONPATH.
+    path = [str(tree), *site.getsitepackages()]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(path))
+    command = [sys.executable, "-S", str(HERE / "bench_pool.py"), "--child", str(cycles)]
+    if sites:
+        command.append("--sites")
+    output = subprocess.run(command, env=env, check=True, capture_output=True, text=True).stdout
+    result: dict[str, Any] = json.loads(output)
+    assert Path(result["greenpool"]).resolve().is_relative_to(tree.resolve()), result
+    return result
+
+
+def compare(against: Path, rounds: int, cycles: int) -> None:
+    here = HERE.parent
+    runs = {VARIANTS[0]: (here, False), VARIANTS[1]: (here, True), VARIANTS[2]: (against, False)}
+    print(f"uncontended checkout+checkin, best of 5 x {cycles:,} cycles per run; "
+          f"against: {against}\n")
+    print("| round | " + " | ".join(VARIANTS) + " | ratio | ratio, acquire_sites=True |")
+    print("|---|---|---|---|---|---|")
+    ratios: list[float] = []
+    sites_ratios: list[float] = []
+    for round_ in range(rounds):
+        order = VARIANTS[round_ % 3:] + VARIANTS[:round_ % 3]
+        us = {name: run_variant(*runs[name], cycles)["pool_us"] for name in order}
+        ratio = us[VARIANTS[0]] / us[VARIANTS[2]]
+        sites_ratio = us[VARIANTS[1]] / us[VARIANTS[2]]
+        ratios.append(ratio)
+        sites_ratios.append(sites_ratio)
+        print(f"| {round_ + 1} | " + " | ".join(f"{us[name]:.3f} µs" for name in VARIANTS)
+              + f" | {ratio:.3f} | {sites_ratio:.3f} |")
+    print(f"\nmedian ratio to {against}: {statistics.median(ratios):.3f} "
+          f"(with acquire_sites=True: {statistics.median(sites_ratios):.3f})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes")
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--against", type=Path,
+                        help="compare the uncontended cycle with the greenpool tree in DIR")
+    parser.add_argument("--rounds", type=int, default=10, help="rounds of --against")
+    parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--sites", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     cycles = 20_000 if args.quick else 200_000
+    if args.child:
+        child(args.sites, args.child)
+        return
+    if args.against is not None:
+        compare(args.against, args.rounds, cycles)
+        return
     greenlets, operations = (1000, 5) if args.quick else (1000, 50)
     print(f"greenpool pool benchmark: Python {sys.version.split()[0]}, gevent "
           f"{gevent.__version__}\n")
