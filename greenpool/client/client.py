@@ -67,6 +67,7 @@ from greenpool.client.topology import Topology
 from greenpool.client.uri import ClientSettings, parse_uri
 from greenpool.errors import ConfigurationError, ProtocolError
 from greenpool.pool.connection import Connection, PoolStats, Purpose
+from greenpool.pool.holds import PoolReport
 from greenpool.pool.pool import Pool
 from greenpool.wire.auth import MECHANISMS as LINK_MECHANISMS
 from greenpool.wire.auth import Credentials as LinkCredentials
@@ -98,13 +99,22 @@ class Client:
     :param event_listeners: PyMongo listener objects: CommandListener,
         ConnectionPoolListener, ServerListener, ServerHeartbeatListener,
         TopologyListener.
+    :param acquire_sites: record where each checkout came from (the first
+        frame outside greenpool, gevent and PyMongo), for
+        :meth:`pool_report` and the holders a
+        :class:`~greenpool.WaitQueueTimeoutError` names (see
+        :class:`greenpool.Pool`; a fraction of a percent of a command).
+    :param long_hold_threshold: seconds (None: never): report a connection
+        checked out for longer, once per checkout (see :class:`greenpool.Pool`).
+        greenpool's own setting, never a connection string option.
 
     :raises greenpool.ConfigurationError: a bad URI, or one that asks for
         what this Client does not do (several hosts, a replica set name
         without directConnection, an authentication mechanism other than SCRAM).
     """
 
-    def __init__(self, uri: str, *, event_listeners: Iterable[object] = ()) -> None:
+    def __init__(self, uri: str, *, event_listeners: Iterable[object] = (),
+                 acquire_sites: bool = True, long_hold_threshold: float | None = None) -> None:
         settings = parse_uri(uri)
         self.settings = settings
         self.address = _single_address(settings)
@@ -118,7 +128,8 @@ class Client:
             connector=_bounded_connector(make_connector(self._link_options)),
             listeners=pool_listeners,
             on_establish_error=lambda error, conn: self.topology.handle_establish_error(
-                error, conn))
+                error, conn),
+            acquire_sites=acquire_sites, long_hold_threshold=long_hold_threshold)
         self.topology = Topology(
             self.address, self.pool, load_balanced=settings.load_balanced,
             heartbeat_frequency=settings.heartbeat_frequency,
@@ -169,6 +180,11 @@ class Client:
     def pop_stats(self) -> dict[str, int]:
         """:meth:`get_stats`, resetting the counters (see :meth:`greenpool.Pool.pop_stats`)."""
         return self.pool.pop_stats()
+
+    def pool_report(self) -> PoolReport:
+        """Who holds the pool's connections and who waits, now (see
+        :meth:`greenpool.Pool.report`); ``print(client.pool_report())``."""
+        return self.pool.report()
 
     # -- operations -----------------------------------------------------------------------
 

@@ -204,7 +204,9 @@ class Operations:
                 pinned = self._pin_to_transaction(session, conn)
             raise
         finally:
-            if not pinned:
+            if pinned:
+                conn.pinned = True  # its holder's report says so until unpin
+            else:
                 self.pool.checkin(conn)
 
     # -- pinning --------------------------------------------------------------------------
