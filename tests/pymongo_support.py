@@ -102,12 +102,14 @@ class FakeNetwork:
             conn.generation = conn.pool_gen.get(conn.service_id)
 
 
-def make_pool(options: dict[str, Any], listeners: Iterable[object] = ()) -> GreenPool:
-    """A GreenPool for ``ADDRESS`` with spec-named ``options`` (not ready yet)."""
+def make_pool(options: dict[str, Any], listeners: Iterable[object] = (),
+              **greenpool_options: Any) -> GreenPool:
+    """A GreenPool for ``ADDRESS`` with spec-named ``options`` (not ready yet),
+    and greenpool's own (``acquire_sites``, ``long_hold_threshold``)."""
     kwargs = {_OPTIONS[name][0]: _OPTIONS[name][1](value)
               for name, value in options.items() if name in _OPTIONS}
     pool = GreenPool(ADDRESS, PoolOptions(event_listeners=_EventListeners(list(listeners)),
-                                          **kwargs))
+                                          **kwargs), **greenpool_options)
     pool._check_interval_seconds = None  # no liveness polls of fake sockets
     return pool
 
@@ -135,6 +137,13 @@ def check_invariants(pool: GreenPool) -> None:
         if len(pool._gp_new):
             assert not pool.conns, state
             assert pool.requests >= limit or pool._pending >= pool._max_connecting, state
+    # Hold records: one per connection checked out (and not since a fork),
+    # none naming a greenlet that ended; the longest wait is a live waiter's.
+    assert len(pool._gp_out) <= pool.active_sockets, state
+    report = pool.report()
+    assert not [h for h in report.holders if h.ended], report
+    assert report.waiting == state["waiting"], report
+    assert (report.oldest_wait is None) == (report.waiting == 0), report
 
 
 # The checkout contexts of held connections. Before PyMongo 4.18 checkout()

@@ -274,10 +274,14 @@ def test_load_balanced_timeout_message_counts_connections_by_use(network: FakeNe
     assert (pool.ncursors, pool.ntxns, pool.active_sockets) == (1, 1, 3)
     with pytest.raises(WaitQueueTimeoutError) as caught:
         hold(pool)
-    assert str(caught.value) == (
+    spec_message, *holders = str(caught.value).splitlines()
+    assert spec_message == (
         "Timeout waiting for connection from the connection pool. maxPoolSize: 3, "
         "connections in use by cursors: 1, connections in use by transactions: 1, "
         "connections in use by other operations: 1, timeout: 0.05")
+    # Then the holders (tests/test_pymongo_holds.py), what each is pinned to.
+    assert holders[0] == "Held by, longest first:" and len(holders) == 4
+    assert [h.purpose for h in caught.value.holders] == ["cursor", "transaction", "other"]
     cursor_conn.unpin()
     txn_conn.unpin()
     pool.checkin(other)
@@ -403,6 +407,61 @@ def test_kill_safe_condition_still_notifies() -> None:
     assert woken == [True, True, True]
 
 
+
+# -- who holds the pool (tests/test_pymongo_holds.py runs it on a real server) -------------
+
+
+class LongHolds(monitoring.ConnectionPoolListener):
+    """Records greenpool's long-hold events; PyMongo's own events are ignored."""
+
+    def __init__(self) -> None:
+        self.events: list[Any] = []
+
+    def connection_held_too_long(self, event: Any) -> None:
+        self.events.append(event)
+
+    def _ignore(self, event: object) -> None:
+        pass
+
+    pool_created = pool_ready = pool_cleared = pool_closed = _ignore
+    connection_created = connection_ready = connection_closed = _ignore
+    connection_check_out_started = connection_check_out_failed = _ignore
+    connection_checked_out = connection_checked_in = _ignore
+
+
+def test_holders_waiters_timeouts_and_long_holds(network: FakeNetwork) -> None:
+    """On every supported release: the hold record of a checkout, the
+    report's waiters, the holders in the timeout error, a long hold sent to
+    the pool's listeners once, and nothing left after the checkin."""
+    listener = LongHolds()
+    pool = make_pool({"maxPoolSize": 1, "waitQueueTimeoutMS": 100}, [listener],
+                     long_hold_threshold=0.05)
+    pool.ready()
+    held = hold(pool)
+    (holder,) = pool.holders()
+    assert holder.greenlet == "the main greenlet" and holder.purpose == "other"
+    assert holder.acquired_at is not None and holder.acquired_at.function == "hold"
+    waiter = gevent.spawn(hold, pool)
+    with gevent.Timeout(5):
+        while not pool.report().waiting:
+            gevent.sleep(0.001)
+    report = pool.report()
+    assert report.waiting == 1 and report.oldest_wait is not None and report.in_use == 1
+    with pytest.raises(WaitQueueTimeoutError) as raised:
+        waiter.get(timeout=5)
+    assert [h.connection_id for h in raised.value.holders] == [held.id]  # type: ignore
+    assert "Held by, longest first:" in str(raised.value)
+    with gevent.Timeout(5):
+        while not listener.events:
+            gevent.sleep(0.01)
+    (event,) = listener.events
+    assert event.connection_id == held.id and event.duration >= 0.05
+    pool.checkin(held)
+    assert pool.holders() == [] and pool.report().waiting == 0
+    pool.close()
+    gevent.sleep(0)
+    assert pool._gp_watcher is None and len(listener.events) == 1
+
 # -- kills at every yield point ----------------------------------------------------------------
 
 
@@ -485,6 +544,7 @@ def run_scenario(points: YieldPoints, monkeypatch: pytest.MonkeyPatch) -> GreenP
 def assert_quiescent(pool: GreenPool) -> None:
     check_invariants(pool)
     assert counters(pool) == IDLE, counters(pool)
+    assert pool.holders() == [], pool.holders()
     if pool.state != PoolState.READY:
         pool.ready()
     with gevent.Timeout(5):

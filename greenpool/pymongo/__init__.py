@@ -23,6 +23,8 @@ The modules, one job each:
 * ``internals.py``: every PyMongo internal the adapter uses, imported after that check.
 * ``pool.py``: :class:`GreenPool`, PyMongo's pool with greenpool's FIFO handoff and
   accounting.
+* ``holders.py``: its base, which says who holds its connections (its report, the
+  holders its WaitQueueTimeoutError names, long-hold warnings).
 * ``condition.py``: :class:`KillSafeCondition`, the condition server selection waits on.
 * ``keywords.py``: :func:`pool_factory` and the private ``MongoClient`` keywords that
   plug both in, named nowhere else.

@@ -20,8 +20,16 @@ class MongoClient(pymongo.MongoClient[_DocumentType]):
     Same arguments and behaviour as :class:`pymongo.MongoClient`; only the
     connection pools differ (see :mod:`greenpool.pymongo`). Requires
     ``gevent.monkey.patch_all()`` before it is created.
+
+    Two keywords are greenpool's, never connection string options, and are
+    not passed on to PyMongo: ``acquire_sites`` (default True) and
+    ``long_hold_threshold`` (seconds, default None), as for
+    :class:`greenpool.Client`. Each pool's holders are in
+    :func:`greenpool.pool_reports`, and in the WaitQueueTimeoutError a
+    checkout raises (greenpool's subclass of PyMongo's, with PyMongo's message).
     """
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, acquire_sites: bool = True,
+                 long_hold_threshold: float | None = None, **kwargs: Any) -> None:
         require_patched_threading()
-        super().__init__(*args, **plug_in(kwargs))
+        super().__init__(*args, **plug_in(kwargs, acquire_sites, long_hold_threshold))

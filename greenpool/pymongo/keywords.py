@@ -12,25 +12,31 @@ stay PyMongo's, because nothing ever waits in them and SDAM reads their internal
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import gevent.monkey
 
+from greenpool.pool.longholds import check_threshold
 from greenpool.pymongo.before_4_13 import MONITOR_FLAG, MONITOR_VALUE
 from greenpool.pymongo.condition import KillSafeCondition
 from greenpool.pymongo.internals import Pool
 from greenpool.pymongo.pool import GreenPool
 
 
-def pool_factory(address: Any, options: Any, *args: Any, **kwargs: Any) -> Pool:
+def pool_factory(address: Any, options: Any, *args: Any, acquire_sites: bool = True,
+                 long_hold_threshold: float | None = None, **kwargs: Any) -> Pool:
     """PyMongo's ``_pool_class``: a :class:`GreenPool` for application pools,
     PyMongo's own pool for monitoring (``is_sdam=True``; ``handshake=False``
-    before PyMongo 4.13)."""
+    before PyMongo 4.13). ``acquire_sites`` and ``long_hold_threshold`` are
+    greenpool's, for the GreenPools (see :class:`greenpool.Pool`); PyMongo
+    never passes them."""
     flag = args[0] if args else kwargs.get(MONITOR_FLAG, not MONITOR_VALUE)
     if flag == MONITOR_VALUE:
         return Pool(address, options, *args, **kwargs)
     require_patched_threading()
-    return GreenPool(address, options, *args, **kwargs)
+    return GreenPool(address, options, *args, acquire_sites=acquire_sites,
+                     long_hold_threshold=long_hold_threshold, **kwargs)
 
 
 def require_patched_threading() -> None:
@@ -42,11 +48,15 @@ def require_patched_threading() -> None:
         )
 
 
-def plug_in(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """``kwargs`` with greenpool's pool class and condition set; a caller that
-    set either keyword to anything else gets a TypeError."""
-    for keyword, ours in (("_pool_class", pool_factory),
-                          ("_condition_class", KillSafeCondition)):
+def plug_in(kwargs: dict[str, Any], acquire_sites: bool = True,
+            long_hold_threshold: float | None = None) -> dict[str, Any]:
+    """``kwargs`` with greenpool's pool class (making GreenPools with the two
+    settings) and condition set; a caller that set either keyword gets a TypeError."""
+    factory = pool_factory
+    if (acquire_sites, long_hold_threshold) != (True, None):
+        factory = functools.partial(pool_factory, acquire_sites=acquire_sites,
+                                    long_hold_threshold=check_threshold(long_hold_threshold))
+    for keyword, ours in (("_pool_class", factory), ("_condition_class", KillSafeCondition)):
         if kwargs.setdefault(keyword, ours) is not ours:
             raise TypeError(f"greenpool.pymongo.MongoClient sets {keyword} itself")
     return kwargs

@@ -1,8 +1,9 @@
 """GreenPool: PyMongo's application pool with greenpool's FIFO handoff and kill safety.
 
 Rules of this module: :class:`GreenPool` and its grants, and nothing else. It
-subclasses PyMongo's pool (``before_4_18.BasePool``) and replaces only the waiting and
-the accounting: ``_get_conn``, ``checkin``, ``_reset``, ``ready`` and
+subclasses PyMongo's pool (``before_4_18.BasePool``, through ``holders.HoldingPool``,
+which keeps who holds its connections) and replaces only the waiting and the
+accounting: ``_get_conn``, ``checkin``, ``_reset``, ``ready`` and
 ``remove_stale_sockets``. Connecting (socket, TLS, handshake, auth, error labels),
 perished checks, pinning, generations, events and logs remain PyMongo's code, so CMAP
 events reach PyMongo listeners and the ``pymongo.connection`` log exactly as with the
@@ -51,7 +52,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeAlias
 from pymongo.errors import AutoReconnect, WaitQueueTimeoutError
 
 from greenpool.pool.waitqueue import Slot, Turns, WaitQueue, WaitTimedOut
-from greenpool.pymongo.before_4_18 import BasePool
+from greenpool.pymongo.holders import HoldingPool
 from greenpool.pymongo.internals import (
     Closed,
     Connection,
@@ -86,7 +87,7 @@ class _Paused(Exception):
     """A waiter's slot failed because the pool was cleared (paused) or closed."""
 
 
-class GreenPool(BasePool):
+class GreenPool(HoldingPool):
     """PyMongo's application pool with greenpool's FIFO handoff and kill safety.
 
     Counters keep PyMongo's meaning (see the module docstring), so server
@@ -101,8 +102,6 @@ class GreenPool(BasePool):
         # Checkouts that hold a permit but whose idle connection had perished:
         # they wait for another idle connection or a slot under maxConnecting.
         self._gp_held: WaitQueue[Grant] = WaitQueue()
-        # Connections checked out of this pool in this process, not yet back.
-        self._gp_out: weakref.WeakSet[Connection] = weakref.WeakSet()
         # Bumped after a fork: counters changed before it are not undone after it.
         self._gp_epoch = 0
         self._gp_turns = Turns()
@@ -167,7 +166,7 @@ class GreenPool(BasePool):
 
     def _gp_wait(self, queue: WaitQueue[Grant], deadline: float | None, started: float,
                  epoch: int) -> Grant:
-        slot: Slot[Grant] = queue.join()
+        slot: Slot[Grant] = queue.join(started)
         timeout = None if deadline is None else deadline - time.monotonic()
         try:
             return slot.wait(timeout)
@@ -242,7 +241,7 @@ class GreenPool(BasePool):
             conn = self._gp_use_grant(grant, epoch, deadline, started, handler)
             conn.active = True
             self.active_contexts.add(conn.cancel_context)
-            self._gp_out.add(conn)
+            self._gp_out[conn] = self._gp_hold()  # checked out, and its hold record
         except BaseException as error:
             reported = isinstance(error, WaitQueueTimeoutError)
             if epoch == self._gp_epoch:
@@ -299,7 +298,7 @@ class GreenPool(BasePool):
         if conn not in self._gp_out:
             return  # already checked in, or out since before a fork: not ours to count
         # Bookkeeping and handoff, with no yield ...
-        self._gp_out.discard(conn)
+        del self._gp_out[conn]  # and its hold record
         txn, cursor = conn.pinned_txn, conn.pinned_cursor
         conn.active = conn.pinned_txn = conn.pinned_cursor = False
         self._pinned_sockets.discard(conn)
@@ -340,6 +339,8 @@ class GreenPool(BasePool):
     ) -> None:
         if self.pid != os.getpid():
             self._gp_start_over()
+        if close:
+            self._gp_stop_holding()
         try:
             super()._reset(close, pause=pause, service_id=service_id,
                            interrupt_connections=interrupt_connections)
@@ -355,7 +356,7 @@ class GreenPool(BasePool):
         self.requests = self._pending = self.active_sockets = self.operation_count = 0
         self.ncursors = self.ntxns = 0
         self._pinned_sockets.clear()
-        self._gp_out = weakref.WeakSet()
+        self._gp_out = weakref.WeakKeyDictionary()
         # Greenlets copied from the parent may sit in the old queues; they
         # belong to the parent's hub state and are never woken.
         self._gp_new, self._gp_held = WaitQueue(), WaitQueue()
