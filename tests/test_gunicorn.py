@@ -10,6 +10,8 @@ two processes, and no worker may use the master's connection.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -19,6 +21,7 @@ import gevent
 import gevent.pool
 import pytest
 
+from tests.failpoints import failpoint
 from tests.gunicorn_run import gunicorn, http_get
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "gunicorn"
@@ -91,3 +94,46 @@ def test_gunicorn_preload_gevent_workers(mongodb_uri: str, tmp_path: Path) -> No
     assert all(1 <= len(ports) <= 10 for ports in per_worker.values()), per_worker
     print(f"\n{REQUESTS} requests in {elapsed:.2f} s; connections per worker: "
           f"{ {pid: len(p) for pid, p in per_worker.items()} }")
+
+
+@pytest.mark.timeout(120)
+def test_sigusr2_logs_who_holds_a_workers_pool(mongodb_uri: str, tmp_path: Path) -> None:
+    """``kill -USR2 <worker pid>`` (examples/gunicorn/gunicorn.conf.py's
+    post_worker_init) writes the worker's pool report to gunicorn's log: a
+    request whose command the server holds for 3 s is named, with its line
+    in app.py; the other workers report their idle pools."""
+    app_name = "gunicorn_holds"
+    separator = "&" if "?" in mongodb_uri else ("?" if mongodb_uri.endswith("/") else "/?")
+    uri = f"{mongodb_uri}{separator}maxPoolSize=10&appName={app_name}"
+    log = tmp_path / "gunicorn.log"
+    block = {"configureFailPoint": "failCommand", "mode": {"times": 1},
+             "data": {"failCommands": ["whatsmyuri"], "appName": app_name,
+                      "blockConnection": True, "blockTimeMS": 3000}}
+    with gunicorn(EXAMPLE, {"MONGODB_URI": uri}, log, workers=WORKERS, boot_timeout=30,
+                  ready_status=200) as port:
+        workers = [int(line.rsplit(" ", 1)[1]) for line in log.read_text().splitlines()
+                   if "Booting worker with pid:" in line]
+        with failpoint(mongodb_uri, block):
+            slow = gevent.spawn(get, port)
+            time.sleep(0.5)  # the request holds its connection, blocked on the server
+            for worker in workers:
+                os.kill(worker, signal.SIGUSR2)
+            deadline = time.monotonic() + 10
+            while log.read_text().count("greenpool: process ") < len(workers):
+                assert time.monotonic() < deadline, log.read_text()
+                time.sleep(0.1)
+            status, _ = slow.get(timeout=10)
+        text = log.read_text()
+    assert status == 200
+    reports = text[text.index("greenpool: process "):].splitlines()
+    print("\n" + "\n".join(reports))
+    heads = [line for line in reports if line.startswith("greenpool: process ")]
+    assert sorted(int(line.split()[2].rstrip(":")) for line in heads) == sorted(workers)
+    (busy,) = [n for n, line in enumerate(reports) if " 1 in use (maxPoolSize 10), " in line]
+    assert reports[busy + 1] == "Held by, longest first:"
+    holder = reports[busy + 2]
+    app_py = str(EXAMPLE / "app.py")
+    assert f"checked out at {app_py}:" in holder and " in _identity; now at " in holder
+    assert holder.endswith(" in _identity, inside Client.command")
+    idle = [line for line in heads if " 0 in use (maxPoolSize 10), " in line]
+    assert len(idle) == len(workers) - 1
