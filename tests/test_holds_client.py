@@ -10,6 +10,7 @@ file and where it is now. ``-s`` prints the errors as a user sees them.
 
 from __future__ import annotations
 
+import logging
 import sys
 import urllib.request
 import uuid
@@ -206,3 +207,31 @@ def test_an_http_call_inside_a_transaction_is_named(lb: LBCluster, slow_http: st
         assert seen.now_at == Site(HERE, sites.http, "checkout_view", inside="urlopen")
         view.get(timeout=10)
         assert client.pool_report().holders == ()
+
+
+# -- long holds -----------------------------------------------------------------------------
+
+
+def test_a_long_hold_through_the_client_is_logged_with_both_sites(
+        mongodb_uri: str, app_name: str, caplog: pytest.LogCaptureFixture) -> None:
+    uri = with_options(mongodb_uri, appName=app_name)
+    block = {"configureFailPoint": "failCommand", "mode": {"times": 1},
+             "data": {"failCommands": ["find"], "appName": app_name,
+                      "blockConnection": True, "blockTimeMS": 600}}
+    sites = Sites()
+    with Client(uri, long_hold_threshold=0.2) as client, failpoint(mongodb_uri, block), \
+            caplog.at_level(logging.WARNING, logger="greenpool"):
+        client.command("shop", {"ping": 1})
+        named("report-view", slow_report, client, sites).get(timeout=10)
+    (record,) = [r for r in caplog.records if "long_hold_threshold" in r.getMessage()]
+    fields = record.structured  # type: ignore[attr-defined]
+    assert fields["holder"] == "report-view" and 200 <= fields["durationMS"] < 600
+    assert fields["acquireSite"] == f"{HERE}:{sites.acquired} in slow_report"
+    assert fields["currentSite"] == f"{HERE}:{sites.acquired} in slow_report, inside Client.find"
+    assert f'File "{HERE}", line {sites.acquired}, in slow_report' in fields["currentStack"]
+
+
+def test_a_bad_long_hold_threshold_is_refused(mongodb_uri: str) -> None:
+    with pytest.raises(ValueError, match="long_hold_threshold must be None or a finite "
+                                         "number of seconds > 0, not 0"):
+        Client(mongodb_uri, long_hold_threshold=0)
