@@ -150,7 +150,8 @@ def test_a_pinned_connection_says_what_it_is_pinned_to() -> None:
 
 def test_the_acquire_site_is_the_first_frame_outside_the_libraries(tmp_path: Path) -> None:
     """A frame in a file inside greenpool's package counts as library code,
-    wherever it was compiled from; so do the standard library's."""
+    wherever it was compiled from. A greenlet with no other frame (greenpool's
+    own, such as a cursor's reaper) is shown at its outermost frame."""
     pool = make_pool(acquire_sites=True)
     library_file = os.path.join(os.path.dirname(greenpool.__file__), "pool", "not_a_module.py")
     scope: dict[str, Any] = {}
@@ -161,11 +162,21 @@ def test_the_acquire_site_is_the_first_frame_outside_the_libraries(tmp_path: Pat
         HERE, line, "test_the_acquire_site_is_the_first_frame_outside_the_libraries")
     pool.checkin(conn)
 
-    # A greenlet with no frame outside the libraries: the caller of checkout.
+    # A greenlet with no frame outside the libraries: its outermost frame.
     library_only = gevent.spawn(scope["library_checkout"], pool)
     library_only.join()
     site = pool.holders()[0].acquired_at
     assert site == Site(library_file, 2, "library_checkout")
+
+    # ... and where it is now: its innermost frame outside gevent.
+    exec(compile("import gevent\ndef library_hold(pool):\n    with pool.checkout():\n"
+                 "        gevent.sleep(10)\n", library_file, "exec"), scope)
+    holding = gevent.spawn(scope["library_hold"], pool)
+    until(lambda: len(pool.holders()) == 2)
+    newest = pool.holders()[-1]
+    assert newest.acquired_at == Site(library_file, 3, "library_hold")
+    assert newest.now_at == Site(library_file, 4, "library_hold")
+    holding.kill()
 
 
 # -- exhaustion errors ----------------------------------------------------------------------

@@ -92,9 +92,10 @@ def _is_library(filename: str) -> bool:
 
 def acquire_site(depth: int = 2) -> RawSite | None:
     """Where the checkout under way was asked for: the first frame outside
-    greenpool, gevent and PyMongo, from ``depth`` frames up (2: the caller
-    of the function that calls this). When every frame is library code (a
-    greenlet of greenpool's own), the frame at ``depth``."""
+    greenpool, gevent, PyMongo and the standard library, from ``depth``
+    frames up (2: the caller of the function that calls this). When every
+    frame is library code (a greenlet of greenpool's own, such as a cursor's
+    reaper), the outermost frame outside the standard library."""
     frame: FrameType | None = _getframe(depth)
     first = frame
     library = _library
@@ -106,7 +107,17 @@ def acquire_site(depth: int = 2) -> RawSite | None:
         if not internal:
             return code, frame.f_lasti
         frame = frame.f_back
-    return None if first is None else (first.f_code, first.f_lasti)
+    return None if first is None else _outermost_package_frame(first)
+
+
+def _outermost_package_frame(frame: FrameType) -> RawSite:
+    found = frame
+    walked: FrameType | None = frame
+    while walked is not None:
+        if walked.f_code.co_filename.startswith(_LIBRARIES):
+            found = walked
+        walked = walked.f_back
+    return found.f_code, found.f_lasti
 
 
 @dataclass(frozen=True)
