@@ -100,7 +100,7 @@ class Client:
         ConnectionPoolListener, ServerListener, ServerHeartbeatListener,
         TopologyListener.
     :param acquire_sites: record where each checkout came from (the first
-        frame outside greenpool, gevent and PyMongo), for
+        frame outside greenpool, gevent, PyMongo and the standard library), for
         :meth:`pool_report` and the holders a
         :class:`~greenpool.WaitQueueTimeoutError` names (see
         :class:`greenpool.Pool`; a fraction of a percent of a command).

@@ -129,10 +129,12 @@ class _HotPath(_CheckoutFailures[T]):
             raise ValueError(f"checkout timeout must be None or a number >= 0, not {timeout!r}")
         if self._pid != os.getpid() or self._thread != real_thread_id():
             self._check_owner()
+        holder = None
         if self._state is _READY and not self._queue.waiting:
             # Fair turns, only where a checkout could take without queueing:
-            # may yield once, before anything is held.
-            self._turns.take()
+            # may yield once, before anything is held. It names the holder
+            # (this greenlet) for the fast path, which only ever runs after it.
+            holder = self._turns.take()
         self._tally.requests_num += 1
         # The fast path: nobody waits and the newest idle connection is
         # fresh. Anything else takes the general path below. With listeners
@@ -144,7 +146,7 @@ class _HotPath(_CheckoutFailures[T]):
                 conn = self._take_fresh()
                 if conn is not None:
                     conn._out_at = _now()
-                    conn._holder = _getcurrent()
+                    conn._holder = holder
                     if self._acquire_sites:
                         conn._site = _acquire_site()
                     return conn

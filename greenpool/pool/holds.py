@@ -3,24 +3,28 @@
 What lives here: the pieces both pool routes (:class:`greenpool.Pool` and
 ``greenpool.pymongo``'s ``GreenPool``) use to say who holds their connections:
 
-* :func:`acquire_site`, called on every checkout: the first frame outside
-  greenpool, gevent and PyMongo (the user's code), as a code object and an
-  instruction offset. No frame is kept: a kept frame would keep its locals
-  alive (a cursor whose ``__del__`` checks in the very connection);
+* :func:`acquire_site`, called on every checkout of a pool that records
+  acquire sites: the first frame outside greenpool, gevent, PyMongo and the
+  standard library (the user's code), as a code object and an instruction
+  offset. No frame is kept: a kept frame would keep its locals alive (a
+  cursor whose ``__del__`` checks in the very connection);
 * :class:`Hold`, what a pool knows of one checked-out connection (holder
   greenlet, since when, acquire site, purpose), and :class:`Holder`, the
   snapshot of it users read, with the holder's current site resolved;
 * :class:`PoolReport`, a pool's holders and waiters at one moment;
 * the text of all of these, for errors and logs.
 
-The cost on the checkout path is :func:`acquire_site` alone: one frame
-object for the caller, a dictionary lookup per frame walked (the verdict on
-each file is cached), and a tuple. Everything else (line numbers, names,
-the holder's current frame) is worked out only when someone asks.
+What a checkout pays: the pool stores the holder greenlet (a
+``getcurrent()``) beside the time it reads anyway; with acquire sites, also
+:func:`acquire_site`: a frame object for each frame it walks, a dictionary
+lookup per frame (the verdict on each file is cached) and a tuple.
+Everything else (line numbers, names, the holder's current frame) is worked
+out only when someone asks.
 
 What must not live here: any pool state, any waiting, any event delivery
 (``monitoring.py`` reports long holds, ``longholds.py`` watches for them).
-Imports: the standard library, gevent and greenpool's base.
+Imports: the standard library, gevent, greenlet and PyMongo's packages (to
+know their files), greenpool's base.
 """
 
 from __future__ import annotations
@@ -99,7 +103,7 @@ def acquire_site(depth: int = 2) -> RawSite | None:
     frame: FrameType | None = _getframe(depth)
     first = frame
     library = _library
-    while frame is not None:
+    while frame is not None:  # _is_library inline: this runs on every checkout
         code = frame.f_code
         internal = library.get(code.co_filename)
         if internal is None:
@@ -170,7 +174,8 @@ class Holder:
     """One checked-out connection and its holder, as of a moment.
 
     ``acquired_at`` is where it was checked out (the first frame outside
-    greenpool, gevent and PyMongo), ``now_at`` where its holder greenlet is
+    greenpool, gevent, PyMongo and the standard library), ``now_at`` where
+    its holder greenlet is
     now, found the same way (None once that greenlet has ended: the
     connection was never checked in).
     """

@@ -10,9 +10,10 @@ long_hold_threshold, the long-hold watcher (``longholds.py``).
 
 What lives here: :class:`_Maintenance`, the pool's piece that owns
 ``_connector``, ``_on_establish_error``, ``_filling``, ``_alarm``,
-``_maintainer``, ``_fillers`` and ``_watcher``, and the maintenance greenlet's loop. Of the
-hot path's sets it touches two moves: an established connection from
-``_pending`` to ``_in_use``, and the pruning of ``_available``.
+``_maintainer``, ``_fillers`` and ``_watcher``, and the maintenance
+greenlet's loop. Of the hot path's sets it touches two moves: an
+established connection from ``_pending`` to ``_in_use``, and the pruning of
+``_available``.
 
 What must not live here: handoff (a filled connection goes through the hot
 path's ``_return_to_pool``), and any yield while a connection is held

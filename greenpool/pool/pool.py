@@ -80,7 +80,8 @@ class Pool(_HotPath[T], _Maintenance[T], _Clearing[T], _ServiceMap[T], _ForkHand
         establishing ``conn`` failed, before ConnectionClosed is emitted; this
         is where SDAM error handling (clearing the pool) plugs in.
     :param acquire_sites: record where each checkout was asked for (the
-        first frame outside greenpool, gevent and PyMongo), for
+        first frame outside greenpool, gevent, PyMongo and the standard
+        library), for
         :meth:`holders`, exhaustion errors and long-hold warnings. It costs
         about 0.15 µs per checkout (some 10% of a bare uncontended
         checkout+checkin, a fraction of a percent of a command), so a bare

@@ -321,13 +321,14 @@ class Turns:
         self._last: Any = None  # the greenlet that checked out last
         self._loop: Any = None  # the hub's loop, on first need (a pool has one hub)
 
-    def take(self) -> None:
+    def take(self) -> Any:
         """Yield once first if this greenlet also had the previous turn and
-        others are ready to run."""
+        others are ready to run. Returns the greenlet taking the turn (the
+        current one), which the caller would otherwise look up again."""
         current = getcurrent()
         if current is not self._last:
             self._last = current
-            return
+            return current
         loop = self._loop
         if loop is None:
             loop = self._loop = get_hub().loop
@@ -336,3 +337,4 @@ class Turns:
         if getattr(loop, "_callbacks", True):
             sleep(0)
             self._last = current  # whoever went meanwhile, this is the latest turn
+        return current
