@@ -26,7 +26,8 @@ class MongoClient(pymongo.MongoClient[_DocumentType]):
     ``long_hold_threshold`` (seconds, default None), as for
     :class:`greenpool.Client`. Each pool's holders are in
     :func:`greenpool.pool_reports`, and in the WaitQueueTimeoutError a
-    checkout raises (greenpool's subclass of PyMongo's, with PyMongo's message).
+    checkout raises (PyMongo's own class and message, the holders added to
+    the message and in its ``holders`` attribute).
     """
 
     def __init__(self, *args: Any, acquire_sites: bool = True,

@@ -19,9 +19,8 @@ from typing import Any, NoReturn
 
 import gevent
 from gevent import getcurrent
-from pymongo.errors import WaitQueueTimeoutError as PyMongoWaitQueueTimeoutError
+from pymongo.errors import WaitQueueTimeoutError
 
-from greenpool.errors import WaitQueueTimeoutError
 from greenpool.pool import reports
 from greenpool.pool.holds import (
     LISTED_HOLDERS,
@@ -110,15 +109,18 @@ class HoldingPool(BasePool):
     # -- the exhaustion error and long holds ----------------------------------------
 
     def _raise_wait_queue_timeout(self, checkout_started_time: float) -> NoReturn:
-        """PyMongo's error (after its ConnectionCheckOutFailed), as greenpool's
-        subclass of it, naming the longest holders."""
+        """PyMongo's error (after its ConnectionCheckOutFailed), naming the
+        longest holders. It stays PyMongo's very class, which PyMongo's own
+        tests (and maybe an application) compare exactly; ``holders`` is
+        greenpool's addition, as on :class:`greenpool.WaitQueueTimeoutError`."""
         try:
             super()._raise_wait_queue_timeout(checkout_started_time)
-        except PyMongoWaitQueueTimeoutError as error:
+        except WaitQueueTimeoutError as error:
             holds = list(self._holds())
             holders = snapshot(holds, LISTED_HOLDERS)
-            text = f"{error}{describe_holders(holders, len(holds))}"
-            raise WaitQueueTimeoutError(self.address, text, holders=holders) from None
+            named: Any = WaitQueueTimeoutError(f"{error}{describe_holders(holders, len(holds))}")
+            named.holders = holders
+            raise named from None
 
     def _report_long_hold(self, event: ConnectionHeldTooLongEvent, stack: str) -> None:
         listeners = self.opts._event_listeners
