@@ -17,10 +17,13 @@ Measures, side by side in one run:
 ``--against DIR`` compares the uncontended cycle of this tree's greenpool with
 the one in DIR (another checkout, e.g. ``git worktree add /tmp/before main``),
 side by side: each round runs this tree (a bare pool, as DIR's), the same
-with ``acquire_sites=True`` (what recording every acquire site costs), and
-DIR, each in a fresh interpreter started with ``-S`` and the tree first on ``PYTHONPATH``
+with ``acquire_sites=True`` (what recording every acquire site costs), DIR,
+and this tree's checkout called through 2 and 15 frames of library code
+(the depths of ``Client.command`` and of PyMongo's ``find_one``) without and
+with ``acquire_sites``, each in
+a fresh interpreter started with ``-S`` and the tree first on ``PYTHONPATH``
 (an editable install cannot shadow either), in an order that rotates from
-round to round. It prints each round's times and their ratios to DIR's.
+round to round. It prints each round's times and their ratios.
 
 This is not part of the test suite: timings on shared machines are noisy, so
 compare ratios from one run, and repeat (``--repeat``, ``--rounds``) to see
@@ -30,6 +33,7 @@ the spread.
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import json
 import os
@@ -38,6 +42,7 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -69,13 +74,15 @@ def best_rate(run: Any, cycles: int, rounds: int = 5) -> float:
     return best
 
 
-def uncontended(cycles: int, **pool_options: Any) -> dict[str, float]:
+def uncontended(cycles: int, checkout_via: Any = None, **pool_options: Any) -> dict[str, float]:
     pool: Pool[NullTransport] = Pool(("bench", 27017), connector=connector, **pool_options)
     pool.ready()
     pool.checkin(pool.checkout())  # create the connection outside the timing
 
     def pool_cycles(n: int) -> None:
         checkout, checkin = pool.checkout, pool.checkin
+        if checkout_via is not None:  # no frame of its own: partial is C
+            checkout = functools.partial(checkout_via, pool)
         for _ in range(n):
             checkin(checkout())
 
@@ -143,51 +150,102 @@ def contended(greenlets: int, operations: int, pool_size: int) -> dict[str, floa
 
 # -- this tree against another, side by side ---------------------------------------------
 
-VARIANTS = ("this tree", "this tree, acquire_sites=True", "against")
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    against: bool  # the other tree, else this one
+    sites: bool  # Pool(acquire_sites=True)
+    deep: int = 0  # checkout called through this many frames of library code
 
 
-def child(sites: bool, cycles: int) -> None:
+# A Client.command reaches the pool through two frames of greenpool's
+# (Client.command, Operations.checkout); PyMongo's find_one through 15 of
+# PyMongo's (greenpool.pymongo's pool: 11 to 16, counted on PyMongo 4.20).
+CLIENT_DEPTH, PYMONGO_DEPTH = 2, 15
+VARIANTS = (
+    Variant("this tree", False, False),
+    Variant("acquire_sites=True", False, True),
+    Variant("against", True, False),
+    Variant(f"{CLIENT_DEPTH} frames deep", False, False, CLIENT_DEPTH),
+    Variant(f"{CLIENT_DEPTH} deep, acquire_sites=True", False, True, CLIENT_DEPTH),
+    Variant(f"{PYMONGO_DEPTH} frames deep", False, False, PYMONGO_DEPTH),
+    Variant(f"{PYMONGO_DEPTH} deep, acquire_sites=True", False, True, PYMONGO_DEPTH),
+)
+
+
+def through_library_frames(depth: int) -> Any:
+    """``checkout(pool)`` through ``depth`` frames that count as library
+    code (compiled under a file name inside greenpool's package)."""
+    import greenpool
+
+    filename = os.path.join(os.path.dirname(greenpool.__file__), "client", "(bench).py")
+    lines = ["def frame_0(pool):", "    return pool.checkout()"]
+    for n in range(1, depth):
+        lines += [f"def frame_{n}(pool):", f"    return frame_{n - 1}(pool)"]
+    scope: dict[str, Any] = {}
+    exec(compile("\n".join(lines) + "\n", filename, "exec"), scope)
+    return scope[f"frame_{depth - 1}"]
+
+
+def child(sites: bool, deep: int, cycles: int) -> None:
     """One variant's uncontended figures, as JSON on stdout."""
     import greenpool
 
     options = {"acquire_sites": True} if sites else {}
-    print(json.dumps({"greenpool": greenpool.__file__, **uncontended(cycles, **options)}))
+    via = through_library_frames(deep) if deep else None
+    print(json.dumps({"greenpool": greenpool.__file__,
+                      **uncontended(cycles, checkout_via=via, **options)}))
 
 
-def run_variant(tree: Path, sites: bool, cycles: int) -> dict[str, Any]:
+def run_variant(tree: Path, variant: Variant, cycles: int) -> float:
+    """The variant's checkout+checkin, in µs, from a fresh interpreter."""
     # -S: no site-packages processing, so the venv's editable install of
     # greenpool cannot win over the tree; its packages come from PYTHONPATH.
     path = [str(tree), *site.getsitepackages()]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(path))
     command = [sys.executable, "-S", str(HERE / "bench_pool.py"), "--child", str(cycles)]
-    if sites:
-        command.append("--sites")
+    command += ["--sites"] * variant.sites + ["--deep", str(variant.deep)]
     output = subprocess.run(command, env=env, check=True, capture_output=True, text=True).stdout
     result: dict[str, Any] = json.loads(output)
     assert Path(result["greenpool"]).resolve().is_relative_to(tree.resolve()), result
-    return result
+    return float(result["pool_us"])
 
 
 def compare(against: Path, rounds: int, cycles: int) -> None:
     here = HERE.parent
-    runs = {VARIANTS[0]: (here, False), VARIANTS[1]: (here, True), VARIANTS[2]: (against, False)}
     print(f"uncontended checkout+checkin, best of 5 x {cycles:,} cycles per run; "
           f"against: {against}\n")
-    print("| round | " + " | ".join(VARIANTS) + " | ratio | ratio, acquire_sites=True |")
-    print("|---|---|---|---|---|---|")
-    ratios: list[float] = []
-    sites_ratios: list[float] = []
+    ratios = {"this tree / against": ("this tree", "against"),
+              "acquire_sites=True / against": ("acquire_sites=True", "against"),
+              f"{CLIENT_DEPTH} deep: sites / none": (
+                  f"{CLIENT_DEPTH} deep, acquire_sites=True", f"{CLIENT_DEPTH} frames deep"),
+              f"{PYMONGO_DEPTH} deep: sites / none": (
+                  f"{PYMONGO_DEPTH} deep, acquire_sites=True", f"{PYMONGO_DEPTH} frames deep")}
+    print("| round | " + " | ".join(v.name for v in VARIANTS) + " | "
+          + " | ".join(ratios) + " |")
+    print("|---" * (1 + len(VARIANTS) + len(ratios)) + "|")
+    seen: dict[str, list[float]] = {name: [] for name in ratios}
+    pairs = {"bare pool": ("acquire_sites=True", "this tree"),
+             f"{CLIENT_DEPTH} deep": (f"{CLIENT_DEPTH} deep, acquire_sites=True",
+                                      f"{CLIENT_DEPTH} frames deep"),
+             f"{PYMONGO_DEPTH} deep": (f"{PYMONGO_DEPTH} deep, acquire_sites=True",
+                                       f"{PYMONGO_DEPTH} frames deep")}
+    costs: dict[str, list[float]] = {label: [] for label in pairs}
     for round_ in range(rounds):
-        order = VARIANTS[round_ % 3:] + VARIANTS[:round_ % 3]
-        us = {name: run_variant(*runs[name], cycles)["pool_us"] for name in order}
-        ratio = us[VARIANTS[0]] / us[VARIANTS[2]]
-        sites_ratio = us[VARIANTS[1]] / us[VARIANTS[2]]
-        ratios.append(ratio)
-        sites_ratios.append(sites_ratio)
-        print(f"| {round_ + 1} | " + " | ".join(f"{us[name]:.3f} µs" for name in VARIANTS)
-              + f" | {ratio:.3f} | {sites_ratio:.3f} |")
-    print(f"\nmedian ratio to {against}: {statistics.median(ratios):.3f} "
-          f"(with acquire_sites=True: {statistics.median(sites_ratios):.3f})")
+        shift = round_ % len(VARIANTS)
+        us = {v.name: run_variant(against if v.against else here, v, cycles)
+              for v in VARIANTS[shift:] + VARIANTS[:shift]}
+        for name, (top, bottom) in ratios.items():
+            seen[name].append(us[top] / us[bottom])
+        for label, (top, bottom) in pairs.items():
+            costs[label].append(us[top] - us[bottom])
+        print(f"| {round_ + 1} | " + " | ".join(f"{us[v.name]:.3f} µs" for v in VARIANTS)
+              + " | " + " | ".join(f"{seen[name][-1]:.3f}" for name in ratios) + " |")
+    print("\nmedian ratios: " + ", ".join(f"{name} {statistics.median(values):.3f}"
+                                          for name, values in seen.items()))
+    print("median cost of the acquire site: " + ", ".join(
+        f"{label} {statistics.median(values) * 1000:.0f} ns" for label, values in costs.items()))
 
 
 def main() -> None:
@@ -199,10 +257,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=10, help="rounds of --against")
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--sites", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--deep", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     cycles = 20_000 if args.quick else 200_000
     if args.child:
-        child(args.sites, args.child)
+        child(args.sites, args.deep, args.child)
         return
     if args.against is not None:
         compare(args.against, args.rounds, cycles)
