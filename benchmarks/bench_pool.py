@@ -23,7 +23,9 @@ and this tree's checkout called through 2 and 15 frames of library code
 with ``acquire_sites``, each in
 a fresh interpreter started with ``-S`` and the tree first on ``PYTHONPATH``
 (an editable install cannot shadow either), in an order that rotates from
-round to round. It prints each round's times and their ratios.
+round to round. It times the process's CPU time (best of 7), not the wall
+clock, so that other processes on a shared machine weigh less, and prints
+each round's times, their ratios and what the acquire site costs.
 
 This is not part of the test suite: timings on shared machines are noisy, so
 compare ratios from one run, and repeat (``--repeat``, ``--rounds``) to see
@@ -63,26 +65,43 @@ def connector(conn: Any) -> NullTransport:
     return NullTransport()
 
 
-def best_rate(run: Any, cycles: int, rounds: int = 5) -> float:
+def best_rate(run: Any, cycles: int, rounds: int = 5, clock: Any = time.perf_counter) -> float:
     """Best cycles/second over a few rounds (the least disturbed one)."""
     best = 0.0
     for _ in range(rounds):
         gc.collect()
-        started = time.perf_counter()
+        started = clock()
         run(cycles)
-        best = max(best, cycles / (time.perf_counter() - started))
+        best = max(best, cycles / (clock() - started))
     return best
 
 
-def uncontended(cycles: int, checkout_via: Any = None, **pool_options: Any) -> dict[str, float]:
+def cpu_us_per_cycle(cycles: int, checkout_via: Any = None, **pool_options: Any) -> float:
+    """The checkout+checkin cycle alone, in µs of this process's CPU time
+    (what --against compares: time other processes hold the CPU is left out)."""
     pool: Pool[NullTransport] = Pool(("bench", 27017), connector=connector, **pool_options)
+    pool.ready()
+    pool.checkin(pool.checkout())
+    checkout, checkin = pool.checkout, pool.checkin
+    if checkout_via is not None:  # no frame of its own: partial is C
+        checkout = functools.partial(checkout_via, pool)
+
+    def pool_cycles(n: int) -> None:
+        for _ in range(n):
+            checkin(checkout())
+
+    rate = best_rate(pool_cycles, cycles, rounds=7, clock=time.process_time)
+    pool.close()
+    return 1e6 / rate
+
+
+def uncontended(cycles: int) -> dict[str, float]:
+    pool: Pool[NullTransport] = Pool(("bench", 27017), connector=connector)
     pool.ready()
     pool.checkin(pool.checkout())  # create the connection outside the timing
 
     def pool_cycles(n: int) -> None:
         checkout, checkin = pool.checkout, pool.checkin
-        if checkout_via is not None:  # no frame of its own: partial is C
-            checkout = functools.partial(checkout_via, pool)
         for _ in range(n):
             checkin(checkout())
 
@@ -195,7 +214,7 @@ def child(sites: bool, deep: int, cycles: int) -> None:
     options = {"acquire_sites": True} if sites else {}
     via = through_library_frames(deep) if deep else None
     print(json.dumps({"greenpool": greenpool.__file__,
-                      **uncontended(cycles, checkout_via=via, **options)}))
+                      "pool_us": cpu_us_per_cycle(cycles, checkout_via=via, **options)}))
 
 
 def run_variant(tree: Path, variant: Variant, cycles: int) -> float:
@@ -214,7 +233,7 @@ def run_variant(tree: Path, variant: Variant, cycles: int) -> float:
 
 def compare(against: Path, rounds: int, cycles: int) -> None:
     here = HERE.parent
-    print(f"uncontended checkout+checkin, best of 5 x {cycles:,} cycles per run; "
+    print(f"uncontended checkout+checkin, CPU time, best of 7 x {cycles:,} cycles per run; "
           f"against: {against}\n")
     ratios = {"this tree / against": ("this tree", "against"),
               "acquire_sites=True / against": ("acquire_sites=True", "against"),
