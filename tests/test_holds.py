@@ -109,7 +109,10 @@ def test_holders_come_longest_first_and_leave_at_checkin() -> None:
 
 
 def test_without_acquire_sites_the_holder_and_its_current_site_remain() -> None:
-    pool = make_pool()
+    """The default, unless long holds are reported: no acquire site, and the
+    exhaustion error says how to get one."""
+    pool = make_pool({"maxPoolSize": 1})
+    assert not pool._acquire_sites
     lines = Lines()
     holder = spawn("h", lambda: hold_for(pool, 10, lines))
     until(lambda: pool.stats().in_use == 1)
@@ -117,7 +120,18 @@ def test_without_acquire_sites_the_holder_and_its_current_site_remain() -> None:
     assert seen.acquired_at is None
     assert seen.now_at == Site(HERE, lines.waiting, "hold_for", inside="sleep")
     assert str(seen).endswith(f"by h: now at {seen.now_at}")
+    with pytest.raises(WaitQueueTimeoutError) as raised:
+        pool.checkout(timeout=0.01)
+    assert str(raised.value).splitlines()[1:] == [
+        "Held by, longest first:", f"  {raised.value.holders[0]}",
+        "  (where each was checked out: acquire_sites=True records it)"]
     holder.kill()
+
+
+def test_acquire_sites_follow_the_long_hold_threshold_unless_told() -> None:
+    assert make_pool(long_hold_threshold=60)._acquire_sites
+    assert not make_pool(long_hold_threshold=60, acquire_sites=False)._acquire_sites
+    assert make_pool(acquire_sites=True)._acquire_sites
 
 
 def test_a_holder_that_ended_without_checking_in_is_named() -> None:

@@ -76,7 +76,7 @@ def test_a_slow_query_is_named_in_the_waiters_timeout(mongodb_uri: str, app_name
              "data": {"failCommands": ["find"], "appName": app_name,
                       "blockConnection": True, "blockTimeMS": 2000}}
     sites = Sites()
-    with Client(uri) as client, failpoint(mongodb_uri, block):
+    with Client(uri, acquire_sites=True) as client, failpoint(mongodb_uri, block):
         client.command("shop", {"ping": 1})
         holder = named("report-view", slow_report, client, sites)
         until(lambda: client.stats().in_use == 1)
@@ -114,7 +114,7 @@ def test_an_operation_timeout_while_waiting_names_the_holder(
              "data": {"failCommands": ["find"], "appName": app_name,
                       "blockConnection": True, "blockTimeMS": 1500}}
     sites = Sites()
-    with Client(uri) as client, failpoint(mongodb_uri, block):
+    with Client(uri, acquire_sites=True) as client, failpoint(mongodb_uri, block):
         client.command("shop", {"ping": 1})
         holder = named("report-view", slow_report, client, sites)
         until(lambda: client.stats().in_use == 1)
@@ -140,7 +140,8 @@ def list_orders(client: Client, sites: Sites) -> dict[str, Any]:
 
 
 def test_a_pinned_cursor_left_open_is_named(lb: LBCluster) -> None:
-    with Client(with_options(lb.uri, maxPoolSize=1, waitQueueTimeoutMS=200)) as client:
+    with Client(with_options(lb.uri, maxPoolSize=1, waitQueueTimeoutMS=200),
+                acquire_sites=True) as client:
         client.command("shop", {"insert": "orders", "documents": [{"n": n} for n in range(5)]})
         sites = Sites()
         named("orders-view", list_orders, client, sites).join(10)
@@ -191,7 +192,8 @@ def checkout_view(client: Client, payment_url: str, sites: CheckoutSites) -> Non
 
 
 def test_an_http_call_inside_a_transaction_is_named(lb: LBCluster, slow_http: str) -> None:
-    with Client(with_options(lb.uri, maxPoolSize=1, waitQueueTimeoutMS=300)) as client:
+    with Client(with_options(lb.uri, maxPoolSize=1, waitQueueTimeoutMS=300),
+                acquire_sites=True) as client:
         client.command("shop", {"create": f"orders_{uuid.uuid4().hex[:6]}"})
         sites = CheckoutSites()
         view = named("checkout-view", checkout_view, client, slow_http, sites)

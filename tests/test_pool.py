@@ -251,8 +251,10 @@ def test_load_balanced_timeout_message_counts_purposes() -> None:
         "connections in use by cursors: 1, connections in use by transactions: 1, "
         "connections in use by other operations: 1"
     )
-    # Then the holders (tests/test_holds.py): all three are this greenlet's.
-    assert holders[0] == "Held by, longest first:" and len(holders) == 4
+    # Then the holders (tests/test_holds.py): all three are this greenlet's,
+    # and how to learn where they were checked out.
+    assert holders[0] == "Held by, longest first:" and len(holders) == 5
+    assert holders[-1] == "  (where each was checked out: acquire_sites=True records it)"
 
 
 # -- establishment ----------------------------------------------------------------------

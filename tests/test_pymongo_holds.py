@@ -86,7 +86,7 @@ def blocking_find(app_name: str, ms: int) -> dict[str, Any]:
 
 def test_a_slow_query_is_named_in_the_waiters_timeout(mongodb_uri: str, app_name: str) -> None:
     client = greenpool_pymongo.MongoClient(mongodb_uri, appName=app_name, maxPoolSize=1,
-                                           waitQueueTimeoutMS=300)
+                                           waitQueueTimeoutMS=300, acquire_sites=True)
     try:
         orders = client.shop.orders
         client.admin.command("ping")
@@ -123,7 +123,8 @@ def test_a_slow_query_is_named_in_the_waiters_timeout(mongodb_uri: str, app_name
 
 def test_a_timeout_ms_expiry_while_waiting_names_the_holder(
         mongodb_uri: str, app_name: str) -> None:
-    client = greenpool_pymongo.MongoClient(mongodb_uri, appName=app_name, maxPoolSize=1)
+    client = greenpool_pymongo.MongoClient(mongodb_uri, appName=app_name, maxPoolSize=1,
+                                           acquire_sites=True)
     try:
         orders = client.shop.orders
         client.admin.command("ping")
@@ -157,7 +158,8 @@ def list_orders(orders: Any, sites: Sites) -> dict[str, Any]:
 
 
 def test_a_pinned_cursor_left_open_is_named(lb: LBCluster) -> None:
-    client = greenpool_pymongo.MongoClient(lb.uri, maxPoolSize=1, waitQueueTimeoutMS=200)
+    client = greenpool_pymongo.MongoClient(lb.uri, maxPoolSize=1, waitQueueTimeoutMS=200,
+                                           acquire_sites=True)
     try:
         orders = client.shop[f"orders_{uuid.uuid4().hex[:6]}"]
         orders.insert_many([{"n": n} for n in range(5)])
@@ -203,7 +205,8 @@ def checkout_view(client: Any, payment_url: str, sites: Sites) -> None:
 
 
 def test_an_http_call_inside_a_transaction_is_named(lb: LBCluster, slow_http: str) -> None:
-    client = greenpool_pymongo.MongoClient(lb.uri, maxPoolSize=1, waitQueueTimeoutMS=300)
+    client = greenpool_pymongo.MongoClient(lb.uri, maxPoolSize=1, waitQueueTimeoutMS=300,
+                                           acquire_sites=True)
     try:
         client.shop.orders.insert_one({"setup": True})
         sites = Sites()
@@ -269,11 +272,15 @@ def test_a_long_hold_is_logged_and_sent_once(mongodb_uri: str, app_name: str,
 def test_greenpools_own_keywords_are_checked_and_not_passed_to_pymongo(mongodb_uri: str) -> None:
     with pytest.raises(ValueError, match="long_hold_threshold must be None or a finite"):
         greenpool_pymongo.MongoClient(mongodb_uri, long_hold_threshold=-1)
-    client = greenpool_pymongo.MongoClient(mongodb_uri, acquire_sites=False, connect=False)
-    try:
-        client.admin.command("ping")
-        pool = the_pool(client)
-        assert isinstance(pool, greenpool_pymongo.GreenPool)
-        assert (pool._gp_sites, pool.long_hold_threshold, pool._gp_watcher) == (False, None, None)
-    finally:
-        client.close()
+    for keywords, sites in (({}, False), ({"long_hold_threshold": 60}, True),
+                            ({"long_hold_threshold": 60, "acquire_sites": False}, False)):
+        client = greenpool_pymongo.MongoClient(mongodb_uri, connect=False, **keywords)
+        try:
+            client.admin.command("ping")
+            pool = the_pool(client)
+            assert isinstance(pool, greenpool_pymongo.GreenPool)
+            assert pool._gp_sites is sites, keywords
+            assert pool.long_hold_threshold == keywords.get("long_hold_threshold")
+            assert (pool._gp_watcher is None) == ("long_hold_threshold" not in keywords)
+        finally:
+            client.close()

@@ -280,7 +280,8 @@ def test_load_balanced_timeout_message_counts_connections_by_use(network: FakeNe
         "connections in use by cursors: 1, connections in use by transactions: 1, "
         "connections in use by other operations: 1, timeout: 0.05")
     # Then the holders (tests/test_pymongo_holds.py), what each is pinned to.
-    assert holders[0] == "Held by, longest first:" and len(holders) == 4
+    assert holders[0] == "Held by, longest first:" and len(holders) == 5
+    assert holders[-1] == "  (where each was checked out: acquire_sites=True records it)"
     assert [h.purpose for h in caught.value.holders] == ["cursor", "transaction", "other"]
     cursor_conn.unpin()
     txn_conn.unpin()

@@ -50,8 +50,10 @@ class _ConnectionIds(monitoring.CommandListener):
 
 
 _ids = _ConnectionIds()
+# acquire_sites: a worker's pool report (SIGUSR2, see gunicorn.conf.py) says
+# where each held connection was checked out.
 client = Client(os.environ.get("MONGODB_URI", "mongodb://127.0.0.1:27017/"),
-                event_listeners=[_ids])
+                event_listeners=[_ids], acquire_sites=True)
 
 
 def _identity() -> dict[str, Any]:

@@ -102,8 +102,9 @@ class Client:
     :param acquire_sites: record where each checkout came from (the first
         frame outside greenpool, gevent, PyMongo and the standard library), for
         :meth:`pool_report` and the holders a
-        :class:`~greenpool.WaitQueueTimeoutError` names (see
-        :class:`greenpool.Pool`; a fraction of a percent of a command).
+        :class:`~greenpool.WaitQueueTimeoutError` names: about 0.7 µs per
+        checkout (see :class:`greenpool.Pool`). None (the default): only with
+        a ``long_hold_threshold``.
     :param long_hold_threshold: seconds (None: never): report a connection
         checked out for longer, once per checkout (see :class:`greenpool.Pool`).
         greenpool's own setting, never a connection string option.
@@ -114,7 +115,8 @@ class Client:
     """
 
     def __init__(self, uri: str, *, event_listeners: Iterable[object] = (),
-                 acquire_sites: bool = True, long_hold_threshold: float | None = None) -> None:
+                 acquire_sites: bool | None = None,
+                 long_hold_threshold: float | None = None) -> None:
         settings = parse_uri(uri)
         self.settings = settings
         self.address = _single_address(settings)

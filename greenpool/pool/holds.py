@@ -49,7 +49,7 @@ from greenpool.address import Address, format_address
 
 __all__ = [
     "LISTED_HOLDERS", "Hold", "Holder", "PoolReport", "Site", "acquire_site", "describe_holders",
-    "snapshot",
+    "records_sites", "snapshot",
 ]
 
 #: How many holders an exhaustion error names (the longest-held first).
@@ -92,6 +92,14 @@ def _classify(filename: str) -> bool:
 def _is_library(filename: str) -> bool:
     verdict = _library.get(filename)
     return _classify(filename) if verdict is None else verdict
+
+
+def records_sites(acquire_sites: bool | None, long_hold_threshold: float | None) -> bool:
+    """Whether a pool records acquire sites: as asked, or by default (None)
+    when it reports long holds, as HikariCP records the borrow site only
+    with leak detection on: the walk costs 0.2 µs on a bare pool's checkout
+    and about 0.2 µs more per frame of library code above it."""
+    return long_hold_threshold is not None if acquire_sites is None else bool(acquire_sites)
 
 
 def acquire_site(depth: int = 2) -> RawSite | None:
@@ -252,12 +260,15 @@ def _since(hold: Hold) -> float:
 def describe_holders(holders: Iterable[Holder], total: int) -> str:
     """The lines an exhaustion error adds: ``holders`` (the longest-held
     ``total`` were asked for), one per line."""
-    lines = [f"  {holder}" for holder in holders]
+    listed = list(holders)
+    lines = [f"  {holder}" for holder in listed]
     if not lines:
         return ""
     more = total - len(lines)
     if more > 0:
         lines.append(f"  ... and {more} more")
+    if all(holder.acquired_at is None for holder in listed):
+        lines.append("  (where each was checked out: acquire_sites=True records it)")
     return "\nHeld by, longest first:\n" + "\n".join(lines)
 
 

@@ -49,7 +49,7 @@ from greenpool.pool.connection import (
     Transport,
 )
 from greenpool.pool.forking import _ForkHandling
-from greenpool.pool.holds import Hold, Holder, PoolReport, snapshot
+from greenpool.pool.holds import Hold, Holder, PoolReport, records_sites, snapshot
 from greenpool.pool.longholds import ConnectionHeldTooLongEvent, check_threshold, describe
 from greenpool.pool.maintenance import _Maintenance
 from greenpool.pool.metrics import Tally
@@ -81,11 +81,12 @@ class Pool(_HotPath[T], _Maintenance[T], _Clearing[T], _ServiceMap[T], _ForkHand
         is where SDAM error handling (clearing the pool) plugs in.
     :param acquire_sites: record where each checkout was asked for (the
         first frame outside greenpool, gevent, PyMongo and the standard
-        library), for
-        :meth:`holders`, exhaustion errors and long-hold warnings. It costs
-        about 0.15 µs per checkout (some 10% of a bare uncontended
-        checkout+checkin, a fraction of a percent of a command), so a bare
-        pool leaves it off; :class:`greenpool.Client` turns it on.
+        library), for :meth:`holders`, exhaustion errors and long-hold
+        warnings. It costs about 0.2 µs per checkout (a sixth of a bare
+        uncontended checkout+checkin), more through deeper library code, so
+        it is off unless asked for; None (the default): on when
+        ``long_hold_threshold`` is set. The holder greenlet and the time are
+        recorded always.
     :param long_hold_threshold: seconds (None: never). A connection checked
         out for longer is reported once per checkout: a warning on the
         ``greenpool`` logger with its acquire site and its holder's current
@@ -109,12 +110,12 @@ class Pool(_HotPath[T], _Maintenance[T], _Clearing[T], _ServiceMap[T], _ForkHand
         connector: Connector[T],
         listeners: Iterable[object] = (),
         on_establish_error: ErrorHandler[T] | None = None,
-        acquire_sites: bool = False,
+        acquire_sites: bool | None = None,
         long_hold_threshold: float | None = None,
     ) -> None:
         self.address = parse_address(address)
-        self._acquire_sites = bool(acquire_sites)
         self._long_hold_threshold = check_threshold(long_hold_threshold)
+        self._acquire_sites = records_sites(acquire_sites, self._long_hold_threshold)
         self.options = options if isinstance(options, PoolOptions) else PoolOptions(options)
         # Read on every checkout and checkin; options never change.
         self._load_balanced = self.options.load_balanced

@@ -30,6 +30,7 @@ from greenpool.pool.holds import (
     RawSite,
     acquire_site,
     describe_holders,
+    records_sites,
     snapshot,
 )
 from greenpool.pool.longholds import ConnectionHeldTooLongEvent, check_threshold, describe, watch
@@ -46,16 +47,16 @@ class HoldingPool(BasePool):
     """PyMongo's pool, saying who holds its connections (see the module docstring).
 
     :param acquire_sites: record where each checkout came from (see
-        :class:`greenpool.Pool`); on by default, as in greenpool.Client.
+        :class:`greenpool.Pool`; None: only with a ``long_hold_threshold``).
     :param long_hold_threshold: seconds (None: never): report connections held
         longer, once per checkout.
     """
 
-    def __init__(self, *args: Any, acquire_sites: bool = True,
+    def __init__(self, *args: Any, acquire_sites: bool | None = None,
                  long_hold_threshold: float | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._gp_sites = bool(acquire_sites)
         self._gp_threshold = check_threshold(long_hold_threshold)
+        self._gp_sites = records_sites(acquire_sites, self._gp_threshold)
         # Connections checked out of this pool in this process, not yet back,
         # each with its hold record.
         self._gp_out: weakref.WeakKeyDictionary[Connection, Record] = (

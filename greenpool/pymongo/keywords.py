@@ -24,7 +24,7 @@ from greenpool.pymongo.internals import Pool
 from greenpool.pymongo.pool import GreenPool
 
 
-def pool_factory(address: Any, options: Any, *args: Any, acquire_sites: bool = True,
+def pool_factory(address: Any, options: Any, *args: Any, acquire_sites: bool | None = None,
                  long_hold_threshold: float | None = None, **kwargs: Any) -> Pool:
     """PyMongo's ``_pool_class``: a :class:`GreenPool` for application pools,
     PyMongo's own pool for monitoring (``is_sdam=True``; ``handshake=False``
@@ -48,12 +48,12 @@ def require_patched_threading() -> None:
         )
 
 
-def plug_in(kwargs: dict[str, Any], acquire_sites: bool = True,
+def plug_in(kwargs: dict[str, Any], acquire_sites: bool | None = None,
             long_hold_threshold: float | None = None) -> dict[str, Any]:
     """``kwargs`` with greenpool's pool class (making GreenPools with the two
     settings) and condition set; a caller that set either keyword gets a TypeError."""
     factory = pool_factory
-    if (acquire_sites, long_hold_threshold) != (True, None):
+    if (acquire_sites, long_hold_threshold) != (None, None):
         factory = functools.partial(pool_factory, acquire_sites=acquire_sites,
                                     long_hold_threshold=check_threshold(long_hold_threshold))
     for keyword, ours in (("_pool_class", factory), ("_condition_class", KillSafeCondition)):
