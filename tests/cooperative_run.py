@@ -136,6 +136,11 @@ class Control:
             raise AssertionError(f"the control answered {reply!r} to {order!r}")
 
 
+def note(text: str) -> None:
+    """A line of the run's log (shown when the test fails)."""
+    print(f"{time.strftime('%X')} {text}", file=sys.stderr, flush=True)
+
+
 def check(condition: object, message: str) -> None:
     if not condition:
         raise AssertionError(message)
@@ -213,14 +218,14 @@ class Run:
 
     def run(self, detector: HubBlockDetector) -> None:
         for name, action in self.steps():
-            print(f"{time.strftime('%X')} step: {name}", file=sys.stderr, flush=True)
+            note(f"step: {name}")
             timer = gevent.Timeout(STEP_TIMEOUT, StepTimedOut(f"over {STEP_TIMEOUT:g} s"))
             try:
                 with detector.step(name) as step, timer:
                     action()
             except (Exception, StepTimedOut):
                 # Noted in the step; the next one runs.
-                print(f"{time.strftime('%X')} {step.error}", file=sys.stderr, flush=True)
+                note(step.error)
 
 
 class ClientRun(Run):
@@ -310,12 +315,14 @@ class ClientRun(Run):
         self.control("down")
         try:
             self.main.command("admin", {"ping": 1})
-        except AutoReconnect:
-            pass
+        except AutoReconnect as error:
+            note(f"while away: {error}")
         else:
             raise AssertionError("a command succeeded while the server was away")
         self.control("up")
+        note("back")
         self.main.command("admin", {"ping": 1})
+        note("ping answered")
 
     def pymongo_refuses(self) -> None:
         try:
@@ -411,12 +418,14 @@ class PyMongoRun(Run):
             # Bounded: PyMongo retries the read, and waits for the server to come back.
             with pymongo.timeout(10 * self.server_delay):
                 client.admin.command("ping")
-        except AutoReconnect:
-            pass
+        except AutoReconnect as error:
+            note(f"while away: {error}")
         else:
             raise AssertionError("a command succeeded while the server was away")
         self.control("up")
+        note("back")
         client.admin.command("ping")
+        note("ping answered")
 
 
 def report(detector: HubBlockDetector) -> list[dict[str, Any]]:

@@ -62,9 +62,6 @@ COMPRESSORS = {
 # stops blocking, so that this list only ever shrinks.
 KNOWN_BLOCKING: dict[str, dict[str, str]] = {
     "client": {
-        "dns: SRV and TXT lookups": "greenpool.client.dns queries through dnspython's "
-                                    "blocking sockets",
-        "dns: a lookup past its time limit": "the same",
         "srv seedlist": "the connection string's SRV and TXT lookups run in PyMongo's "
                         "parser, through dnspython's blocking sockets",
     },
