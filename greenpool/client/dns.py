@@ -7,7 +7,8 @@ deadline, each failure a :class:`~greenpool.ConfigurationError` naming the name
 looked up.
 
 Cooperative without monkey-patching: dnspython's resolver waits on blocking
-sockets, so each query runs in gevent's threadpool (the hub's, where gevent's
+sockets, so each query runs in gevent's threadpool
+(:func:`~greenpool.wire.offload.offload`; the hub's threadpool, where gevent's
 own resolver runs ``getaddrinfo``) while the calling greenlet waits for it, at
 most the time limit; other greenlets run meanwhile. The same path runs under
 monkey-patching, so patched programs behave the same. A query whose caller
@@ -30,6 +31,7 @@ import dns.resolver
 import gevent
 
 from greenpool.errors import ConfigurationError
+from greenpool.wire.offload import offload
 
 __all__ = ["srv_records", "txt_records"]
 
@@ -100,28 +102,17 @@ def _in_threadpool(name: str, rdtype: str, limit: float | None) -> list[Any]:
     timer = gevent.Timeout(limit)
     try:
         with timer:
-            answer: list[Any]
-            answer, error = gevent.get_hub().threadpool.spawn(
-                _lookup, name, rdtype, limit).get()
+            return offload(_query, name, rdtype, limit)
     except gevent.Timeout as expired:
         if expired is not timer:
             raise  # an enclosing timeout's, not ours
         raise _OutOfTime from None
-    if error is not None:
-        raise error
-    return answer
 
 
 class _OutOfTime(Exception):
     """The caller's time limit ran out before dnspython's did."""
 
 
-def _lookup(
-    name: str, rdtype: str, lifetime: float | None
-) -> tuple[list[Any], BaseException | None]:
-    """In a worker thread: the answer, or the error to raise in the caller (as a
-    value: gevent's threadpool would print a raised one as a hub error)."""
-    try:
-        return list(dns.resolver.resolve(name, rdtype, lifetime=lifetime)), None
-    except BaseException as error:
-        return [], error
+def _query(name: str, rdtype: str, lifetime: float | None) -> list[Any]:
+    # Looked up at call time, in the worker thread: a test's stand-in answers too.
+    return list(dns.resolver.resolve(name, rdtype, lifetime=lifetime))
