@@ -47,8 +47,10 @@ if CONFIG.get("mode") == "pymongo":
 # ruff: noqa: E402  (the imports follow the patching, as in any patched program)
 import _socket
 import faulthandler
+import functools
 import ipaddress
 import os
+import random
 import socket
 import time
 from collections.abc import Callable
@@ -136,6 +138,16 @@ class Control:
             raise AssertionError(f"the control answered {reply!r} to {order!r}")
 
 
+@functools.cache
+def big_text() -> str:
+    """About 3 MB of words: compressing it takes zlib about 100 ms on the test machine
+    (a message that large must not be compressed on the hub), BSON a few ms."""
+    rng = random.Random(21)
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    words = ["".join(rng.choices(letters, k=rng.randint(3, 10))) for _ in range(5000)]
+    return " ".join(rng.choices(words, k=400_000))
+
+
 def note(text: str) -> None:
     """A line of the run's log (shown when the test fails)."""
     print(f"{time.strftime('%X')} {text}", file=sys.stderr, flush=True)
@@ -158,6 +170,7 @@ STEPS = (
     ("dns: a lookup past its time limit", "dns_time_limit"),
     ("srv seedlist", "srv_seedlist"),
     ("connect, TLS, SCRAM-SHA-256", "connect"),
+    ("TLS with the system's CA certificates", "system_cas"),
     ("SCRAM-SHA-1", "scram_sha1"),
     ("compression", "compression"),
     ("commands", "commands"),
@@ -250,6 +263,12 @@ class ClientRun(Run):
         users = status["authInfo"]["authenticatedUsers"]
         check(users == [{"user": "admin", "db": "admin"}], f"authenticated as {users}")
 
+    def system_cas(self) -> None:
+        # Built and closed: the TLS context loads the system's CA store.
+        client = greenpool.Client(self.uris["system_cas"])
+        check(client.settings.tls, "TLS settings")
+        client.close()
+
     def scram_sha1(self) -> None:
         client = greenpool.Client(self.uris["sha1"])
         self.clients["sha1"] = client
@@ -259,7 +278,7 @@ class ClientRun(Run):
 
     def compression(self) -> None:
         self.clients["other"] = greenpool.Client(self.uris["other"])
-        document = {"text": "greenpool " * 30_000}
+        document = {"text": big_text()}
         for name in ("main", "sha1", "other"):
             client = self.clients[name]
             client.command("test", {"insert": self.collection + "_big",
@@ -314,7 +333,9 @@ class ClientRun(Run):
     def server_away(self) -> None:
         self.control("down")
         try:
-            self.main.command("admin", {"ping": 1})
+            # Bounded: once the monitor has seen the server go, the command waits
+            # for it to come back.
+            self.main.command("admin", {"ping": 1}, timeout=10 * self.server_delay)
         except AutoReconnect as error:
             note(f"while away: {error}")
         else:
@@ -352,6 +373,10 @@ class PyMongoRun(Run):
         users = status["authInfo"]["authenticatedUsers"]
         check(users == [{"user": "admin", "db": "admin"}], f"authenticated as {users}")
 
+    def system_cas(self) -> None:
+        # Built and closed: the TLS context loads the system's CA store.
+        greenpool.pymongo.MongoClient(self.uris["system_cas"], connect=False).close()
+
     def scram_sha1(self) -> None:
         client: Any = greenpool.pymongo.MongoClient(self.uris["sha1"])
         self.clients["sha1"] = client
@@ -361,7 +386,7 @@ class PyMongoRun(Run):
 
     def compression(self) -> None:
         self.clients["other"] = greenpool.pymongo.MongoClient(self.uris["other"])
-        document = {"text": "greenpool " * 30_000}
+        document = {"text": big_text()}
         for name in ("main", "sha1", "other"):
             coll = self.clients[name].test[self.collection + "_big"]
             coll.insert_one({"_id": name, **document})
@@ -439,6 +464,7 @@ def report(detector: HubBlockDetector) -> list[dict[str, Any]]:
     return [
         {"name": step.name, "seconds": step.seconds, "error": step.error, "longest": gap(step),
          "blocks": [{"block": g.block, "late": g.late, "queued": g.queued, "cpu": g.cpu,
+                     "process_cpu": g.process_cpu, "watcher_late": g.watcher_late,
                      "stack": g.stack} for g in step.blocks(detector.limit)]}
         for step in detector.steps
     ]
@@ -463,6 +489,7 @@ def main(config: dict[str, Any]) -> None:
     # stack if the hub still runs, every thread's if it does not.
     gevent.spawn_later(config["dump_after"], dump_and_exit)
     faulthandler.dump_traceback_later(config["dump_after"] + 5, exit=True)
+    big_text()  # built before the steps: the test's own work is not theirs
     run: Run = ClientRun(config) if mode == "client" else PyMongoRun(config)
     with HubBlockDetector(limit=config["limit"]) as detector:
         run.run(detector)

@@ -57,6 +57,11 @@ class Gap:
     queued: float
     #: Of the gap, the time the hub's thread ran on a CPU.
     cpu: float
+    #: Of the gap, the time every thread of the process ran on a CPU.
+    process_cpu: float
+    #: The longest the watcher thread went without waking, during the gap (beyond
+    #: its interval).
+    watcher_late: float
     #: The stack of the hub's thread while the gap was longer than the limit.
     stack: str = ""
 
@@ -110,6 +115,8 @@ class HubBlockDetector:
         self._schedstat: int | None = None
         # The watcher's stack of the gap in progress: (the tick it follows, the stack).
         self._pending: tuple[float, str] = (0.0, "")
+        # How late the watcher woke at worst since the last tick.
+        self._watcher_late = 0.0
 
     # -- life cycle ---------------------------------------------------------------------
 
@@ -184,23 +191,31 @@ class HubBlockDetector:
 
     def _tick(self) -> None:
         cpu, queued = self._clocks()
+        process_cpu = time.process_time()
         while True:
             gevent.sleep(self.interval)
             now = time.perf_counter()
             late = now - self._last_tick - self.interval
             now_cpu, now_queued = self._clocks()
+            now_process_cpu = time.process_time()
+            watcher_late, self._watcher_late = self._watcher_late, 0.0
             if late > _KEEP:
                 tick, stack = self._pending
                 self._gaps.append(Gap(self._last_tick, now, late, now_queued - queued,
-                                      now_cpu - cpu, stack if tick == self._last_tick else ""))
-            self._last_tick, cpu, queued = now, now_cpu, now_queued
+                                      now_cpu - cpu, now_process_cpu - process_cpu,
+                                      watcher_late, stack if tick == self._last_tick else ""))
+            self._last_tick, cpu, queued, process_cpu = now, now_cpu, now_queued, now_process_cpu
 
     def _watch(self) -> None:
         sleep = get_original("time", "sleep")
         try:
             seen = 0.0
+            woke = time.perf_counter()
             while not self._stopping:
                 sleep(self.interval)
+                now = time.perf_counter()
+                self._watcher_late = max(self._watcher_late, now - woke - self.interval)
+                woke = now
                 tick = self._last_tick
                 if tick != seen and time.perf_counter() - tick > self.limit:
                     seen = tick  # one stack per gap: the code holding the hub now

@@ -68,6 +68,16 @@ KNOWN_BLOCKING: dict[str, dict[str, str]] = {
     "pymongo": {},
 }
 
+# The steps whose hub blocks are PyMongo's own code under greenpool.pymongo, and why:
+# allowed (greenpool cannot move them off the hub), and shown in the table.
+PYMONGO_BLOCKING = {
+    "TLS with the system's CA certificates": "PyMongo loads the system's CA store in the "
+                                              "calling greenlet: about 25 ms, far more on a "
+                                              "busy machine",
+    "compression": "PyMongo compresses and decompresses in the calling greenlet: zlib takes "
+                   "about 100 ms for the 3 MB document",
+}
+
 
 @dataclass
 class Deployment:
@@ -137,6 +147,7 @@ def run(deployment: Deployment, mode: str, tmp_path: Path) -> list[dict[str, Any
                     f"&authMechanism=SCRAM-SHA-1{compressors['sha1']}{replica_set}",
             "other": f"mongodb://{admin}@{host}/?tls=true&{common}&authSource=admin"
                      f"{compressors['other']}{replica_set}",
+            "system_cas": f"mongodb://{host}/?tls=true&appName=system-cas{replica_set}",
         },
         "srv_name": f"_mongodb._tcp.{srv}",
         "txt": CLIENT_TXT if mode == "client" else PYMONGO_TXT,
@@ -185,11 +196,12 @@ def verdict(mode: str, steps: list[dict[str, Any]]) -> None:
     errors = [f"{step['name']}: {step['error']}" for step in steps if step["error"]]
     assert not errors, "steps failed:\n" + "\n".join(errors)
     known = KNOWN_BLOCKING[mode]
+    allowed = PYMONGO_BLOCKING if mode == "pymongo" else {}
     blocked = {step["name"]: step for step in steps if step["blocks"]}
     unexpected = [
         f"step {name!r} held the hub {step['longest']['block'] * 1e3:.0f} ms "
         f"(limit {LIMIT * 1e3:.0f} ms); the stack then:\n{step['blocks'][0]['stack']}"
-        for name, step in blocked.items() if name not in known
+        for name, step in blocked.items() if name not in known and name not in allowed
     ]
     assert not unexpected, "\n".join(unexpected)
     fixed = [name for name in known if name not in blocked]
