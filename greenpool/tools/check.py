@@ -57,7 +57,8 @@ from pymongo import errors as _pymongo_errors
 
 from greenpool.address import format_address
 from greenpool.client.client import Client, link_options
-from greenpool.client.uri import Secret, parse_uri, redact_uri, uri_secrets
+from greenpool.client.settings import Secret
+from greenpool.client.uri import parse_uri, redact_uri, uri_secrets
 from greenpool.errors import AuthenticationError, ConfigurationError, NotMongoDBError
 from greenpool.pool.monitoring import EventCounter
 from greenpool.wire.link import Link
