@@ -645,12 +645,9 @@ def _shown(name: str, value: str) -> str:
 def _check_srv_target(host: str, target: str) -> None:
     """The seedlist rule: an SRV target lies in the SRV host's domain, that is
     the host without its first label, or, for a host of one or two labels,
-    below the host itself ("." + domain excludes the host)."""
+    below the host itself (the "." before the domain keeps the host out)."""
     labels = host.lower().split(".")
-    if len(labels) >= 3:
-        domain = ".".join(labels[1:])
-    else:  # and the target must be below the host, not the host itself
-        domain = host.lower()
+    domain = ".".join(labels[1:]) if len(labels) >= 3 else host.lower()
     if target.endswith("." + domain):
         return
     raise ConfigurationError(

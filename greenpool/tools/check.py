@@ -12,7 +12,7 @@ greenlets::
     $ python -m greenpool check "mongodb://app:secret@db.example.com/?tls=true"
 
 (``python`` being the environment greenpool is installed in: ``.venv/bin/python``
-in a clone set up by ``tools/dev.py``.)
+in a clone set up by ``devtools/dev.py``.)
 
 The connection string is printed with its password and other secrets (see
 :func:`greenpool.client.uri.redact_uri`) replaced by ``***``.
