@@ -122,7 +122,7 @@ def counters(pool: GreenPool) -> dict[str, int]:
 
 
 def check_invariants(pool: GreenPool) -> None:
-    """The accounting rules from greenpool.pymongo's docstring, at this instant."""
+    """The accounting rules from greenpool.pymongo.pool's docstring, at this instant."""
     state = {**counters(pool), "idle": len(pool.conns)}
     limit = pool.max_pool_size
     assert 0 <= pool.active_sockets <= pool.requests <= limit, state

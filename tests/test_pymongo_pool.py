@@ -27,6 +27,8 @@ from pymongo.synchronous.pool import Pool as StockPool
 
 import greenpool.pymongo as adapter
 from greenpool.pymongo import GreenPool, KillSafeCondition, pool_factory
+from greenpool.pymongo.before_4_13 import MONITOR_FLAG, MONITOR_VALUE
+from greenpool.pymongo.internals import PoolState
 from tests.cmap_runner import CMAP_DIR, CmapTestRunner, Recorder, load_cmap_tests
 from tests.pymongo_support import (
     ADDRESS,
@@ -69,7 +71,7 @@ def test_installed_pymongo_is_in_the_declared_range() -> None:
 
 
 def test_the_test_command_covers_every_supported_minor_release() -> None:
-    spec = importlib.util.spec_from_file_location("dev", ROOT / "tools" / "dev.py")
+    spec = importlib.util.spec_from_file_location("dev", ROOT / "devtools" / "dev.py")
     assert spec is not None and spec.loader is not None
     dev = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(dev)
@@ -114,7 +116,7 @@ def test_supported_versions_pass(version: str) -> None:
 def test_factory_keeps_monitor_pools_stock_and_makes_app_pools_green() -> None:
     # PyMongo 4.13 on mark a monitor pool is_sdam=True; 4.9-4.12, handshake=False.
     options = PoolOptions()
-    flag, monitor_value = adapter._MONITOR_FLAG, adapter._MONITOR_VALUE
+    flag, monitor_value = MONITOR_FLAG, MONITOR_VALUE
     assert flag == ("is_sdam" if pymongo.version_tuple[:2] >= (4, 13) else "handshake")
     pools = [
         (pool_factory(ADDRESS, options, **{flag: monitor_value}, client_id=None), StockPool),
@@ -483,7 +485,7 @@ def run_scenario(points: YieldPoints, monkeypatch: pytest.MonkeyPatch) -> GreenP
 def assert_quiescent(pool: GreenPool) -> None:
     check_invariants(pool)
     assert counters(pool) == IDLE, counters(pool)
-    if pool.state != adapter._READY:
+    if pool.state != PoolState.READY:
         pool.ready()
     with gevent.Timeout(5):
         first, second = hold(pool), hold(pool)  # every slot is still there

@@ -1,0 +1,52 @@
+"""How greenpool's pools get into a MongoClient: PyMongo's two private keywords.
+
+Rules of this module: the only place in greenpool that names PyMongo's private
+``MongoClient`` keyword arguments. PyMongo builds every pool through ``_pool_class``
+and the condition server selection waits on through ``_condition_class``; both are
+documented only as "for deep customization", hence the exact version range checked
+at import (``versions.py``). :func:`pool_factory` is the ``_pool_class``: application
+pools become :class:`~greenpool.pymongo.pool.GreenPool`; the monitor and RTT pools
+stay PyMongo's, because nothing ever waits in them and SDAM reads their internals.
+:class:`~greenpool.pymongo.condition.KillSafeCondition` is the ``_condition_class``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gevent.monkey
+
+from greenpool.pymongo.before_4_13 import MONITOR_FLAG, MONITOR_VALUE
+from greenpool.pymongo.condition import KillSafeCondition
+from greenpool.pymongo.internals import Pool
+from greenpool.pymongo.pool import GreenPool
+
+
+def pool_factory(address: Any, options: Any, *args: Any, **kwargs: Any) -> Pool:
+    """PyMongo's ``_pool_class``: a :class:`GreenPool` for application pools,
+    PyMongo's own pool for monitoring (``is_sdam=True``; ``handshake=False``
+    before PyMongo 4.13)."""
+    flag = args[0] if args else kwargs.get(MONITOR_FLAG, not MONITOR_VALUE)
+    if flag == MONITOR_VALUE:
+        return Pool(address, options, *args, **kwargs)
+    require_patched_threading()
+    return GreenPool(address, options, *args, **kwargs)
+
+
+def require_patched_threading() -> None:
+    """Refuse to run greenpool's pools unless ``threading`` is gevent's."""
+    if not gevent.monkey.is_module_patched("threading"):
+        raise RuntimeError(
+            "greenpool.pymongo needs gevent's monkey-patching (gevent.monkey.patch_all(), "
+            "before PyMongo is used): its pools and PyMongo's monitors must share one hub"
+        )
+
+
+def plug_in(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` with greenpool's pool class and condition set; a caller that
+    set either keyword to anything else gets a TypeError."""
+    for keyword, ours in (("_pool_class", pool_factory),
+                          ("_condition_class", KillSafeCondition)):
+        if kwargs.setdefault(keyword, ours) is not ours:
+            raise TypeError(f"greenpool.pymongo.MongoClient sets {keyword} itself")
+    return kwargs
