@@ -162,6 +162,18 @@ def timed_out(error: BaseException) -> bool:
     return bool(getattr(error, "timeout", False))
 
 
+def times_out(action: Callable[[], object], limit: float, slack: float) -> Exception:
+    """The error ``action`` raised, which it must within ``limit`` + ``slack`` seconds."""
+    started = time.monotonic()
+    try:
+        action()
+    except Exception as error:
+        elapsed = time.monotonic() - started
+        check(elapsed < limit + slack, f"a {limit:.3f} s limit took {elapsed:.3f} s: {error!r}")
+        return error
+    raise AssertionError(f"no error within a {limit:.3f} s limit")
+
+
 # -- the steps ---------------------------------------------------------------------------
 
 #: The steps of both modes, in order: their names and the methods that run them.
@@ -216,18 +228,22 @@ class Run:
         check(elapsed >= 2 * self.dns_delay, f"two lookups took only {elapsed:.3f} s")
 
     def dns_time_limit(self) -> None:
-        srv = self.config["srv_name"]
-        limit = self.dns_delay / 4
-        started = time.monotonic()
-        try:
-            greenpool_dns.srv_records(srv, timeout=limit)
-        except ConfigurationError as error:
-            elapsed = time.monotonic() - started
-            check(srv in str(error) and "timed out" in str(error), f"message: {error}")
-            check(elapsed < limit + 0.5 * self.dns_delay,
-                  f"a {limit:.3f} s limit took {elapsed:.3f} s")
-        else:
-            raise AssertionError("a lookup slower than its time limit succeeded")
+        srv, limit = self.config["srv_name"], self.dns_delay / 4
+        error = times_out(lambda: greenpool_dns.srv_records(srv, timeout=limit),
+                          limit, self.dns_delay / 2)
+        check(isinstance(error, ConfigurationError) and srv in str(error)
+              and "timed out" in str(error), f"lookup: {error!r}")
+        # Through a connection string: connectTimeoutMS bounds its lookups.
+        short = f"{self.uris['main']}&connectTimeoutMS={limit * 1000:.0f}"
+        error = times_out(lambda: self.new_client(short), limit, self.dns_delay / 2)
+        self.check_srv_timeout(error, srv)
+
+    def check_srv_timeout(self, error: Exception, srv: str) -> None:
+        check(isinstance(error, ConfigurationError) and srv in str(error)
+              and "timed out" in str(error), f"client: {error!r}")
+
+    def new_client(self, uri: str) -> Any:
+        raise NotImplementedError
 
     def run(self, detector: HubBlockDetector) -> None:
         for name, action in self.steps():
@@ -243,6 +259,9 @@ class Run:
 
 class ClientRun(Run):
     """greenpool.Client, unpatched."""
+
+    def new_client(self, uri: str) -> Any:
+        return greenpool.Client(uri)
 
     def steps(self) -> list[tuple[str, Callable[[], None]]]:
         return [*super().steps(),
@@ -329,6 +348,14 @@ class ClientRun(Run):
         elapsed = time.monotonic() - started
         check(elapsed < limit + self.server_delay / 2, f"a {limit} s limit took {elapsed:.3f} s")
         self.main.command("admin", {"ping": 1})  # and the client goes on
+        # A new client's first command, with less time than resolving its host takes.
+        fresh, limit = greenpool.Client(self.uris["other"]), self.dns_delay / 3
+        try:
+            error = times_out(lambda: fresh.command("admin", {"ping": 1}, timeout=limit),
+                              limit, self.dns_delay / 2)
+        finally:
+            fresh.close()
+        check(timed_out(error) and self.config["db_host"] in str(error), f"{error!r}")
 
     def server_away(self) -> None:
         self.control("down")
@@ -356,6 +383,14 @@ class ClientRun(Run):
 
 class PyMongoRun(Run):
     """greenpool.pymongo.MongoClient, monkey-patched."""
+
+    def new_client(self, uri: str) -> Any:
+        return greenpool.pymongo.MongoClient(uri)
+
+    def check_srv_timeout(self, error: Exception, srv: str) -> None:
+        # PyMongo's own message: it says the lookup timed out, not of what.
+        check(isinstance(error, pymongo.errors.ConfigurationError)
+              and "timed out" in str(error), f"client: {error!r}")
 
     @property
     def db(self) -> Any:
@@ -435,6 +470,19 @@ class PyMongoRun(Run):
         elapsed = time.monotonic() - started
         check(elapsed < limit + self.server_delay / 2, f"a {limit} s limit took {elapsed:.3f} s")
         self.clients["main"].admin.command("ping")
+        # A new client's first command, with less time than resolving its host takes.
+        fresh, limit = greenpool.pymongo.MongoClient(self.uris["other"]), self.dns_delay / 3
+
+        def ping() -> None:
+            with pymongo.timeout(limit):
+                fresh.admin.command("ping")
+
+        try:
+            # PyMongo looks at its selection deadline every 0.5 s (MIN_HEARTBEAT_INTERVAL).
+            error = times_out(ping, limit, self.dns_delay / 2 + 0.5)
+        finally:
+            fresh.close()
+        check(timed_out(error) and self.config["db_host"] in str(error), f"{error!r}")
 
     def server_away(self) -> None:
         client = self.clients["main"]

@@ -98,7 +98,8 @@ class Step:
 class HubBlockDetector:
     """A ticker greenlet and a watcher thread; see the module docstring.
 
-    :param limit: a gap with a block longer than this is a failure (:meth:`failures`).
+    :param limit: a gap with a block longer than this gets the stack that held the hub
+        (:meth:`Step.blocks`).
     :param interval: how often the ticker asks to wake.
     """
 
@@ -170,15 +171,6 @@ class HubBlockDetector:
             raise
         finally:
             step.end = time.perf_counter()
-
-    def failures(self) -> list[tuple[Step, Gap]]:
-        """Each step's longest block over the limit, step by step."""
-        found = []
-        for step in self.steps:
-            longest = step.longest
-            if longest is not None and longest.block > self.limit:
-                found.append((step, longest))
-        return found
 
     # -- measuring ----------------------------------------------------------------------
 
