@@ -5,6 +5,7 @@
     python3 devtools/dev.py test    # ruff, mypy --strict, the whole test suite
     python3 devtools/dev.py bench   # the benchmarks (not part of the tests); --quick
     python3 devtools/dev.py pymongo-suite [VERSION]  # PyMongo's own tests, stock vs greenpool
+    python3 devtools/dev.py cooperative   # the hub-block test, slow servers, its table
     python3 devtools/dev.py drift   # the suite on the newest versions allowed, vs the lock
     python3 devtools/dev.py lock    # write constraints.txt anew from the newest versions
 
@@ -144,6 +145,14 @@ def pymongo_suite(args: list[str]) -> None:
     run(PYTHON, "devtools/pymongo_suite.py", *args)
 
 
+def cooperative(args: list[str]) -> None:
+    """tests/test_cooperative.py with its slow delays (DNS answers 1 s, replies 0.3 s),
+    printing the longest hub block of each step; ``args`` go to pytest."""
+    env = dict(os.environ, GREENPOOL_COOPERATIVE_SLOW="1", PYTHONDONTWRITEBYTECODE="1")
+    run(PYTHON, "-m", "pytest", "-s", "-p", "no:cacheprovider", "-o", "timeout=600",
+        "tests/test_cooperative.py", *args, env=env)
+
+
 def newest(where: Path) -> Path:
     """``where`` made anew with the newest versions the package and its
     extras allow: no lock, no cache of an earlier resolution."""
@@ -249,7 +258,7 @@ def pymongo_releases_beyond_matrix(python: Path) -> list[str]:
     return found
 
 
-JOBS = {"bench": bench, "demo": demo, "drift": drift, "lock": lock,
+JOBS = {"bench": bench, "cooperative": cooperative, "demo": demo, "drift": drift, "lock": lock,
         "pymongo-suite": pymongo_suite, "test": test}
 
 

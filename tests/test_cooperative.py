@@ -14,7 +14,7 @@ the code that blocked.
 The default run uses short delays (DNS answers 0.3 s, replies 0.1 s): every step
 still takes far longer than the 50 ms limit, so any blocking wait shows. The full
 slow run (DNS answers 1 s, replies 0.3 s) and its table of the longest block per
-step are ``python3 tools/dev.py cooperative``; ``GREENPOOL_COOPERATIVE_SLOW=1``
+step are ``python3 devtools/dev.py cooperative``; ``GREENPOOL_COOPERATIVE_SLOW=1``
 selects those delays here.
 """
 
