@@ -235,6 +235,33 @@ def test_a_link_is_taken_while_its_message_is_compressed(monkeypatch: pytest.Mon
     assert [request.command.get("pad") for request in server.requests[1:]] == ["small"]
 
 
+@pytest.mark.parametrize("kill", [gevent.GreenletExit, gevent.Timeout])
+def test_a_kill_while_a_reply_is_decompressed_breaks_the_link(
+    monkeypatch: pytest.MonkeyPatch, kill: type[BaseException]
+) -> None:
+    """The reply was read: whatever the stream holds next is no answer to a new request."""
+    inflating = gevent.event.Event()
+
+    def held(function: Any, *args: Any) -> Any:
+        if function.__name__.startswith("_inflate"):
+            inflating.set()
+            gevent.sleep(10)
+        return offload(function, *args)
+
+    monkeypatch.setattr(compression, "offload", held)
+    large = "x" * OFF_HUB_SIZE
+    echo = {"echo": lambda request: {"ok": 1.0, "pad": request.command["pad"]}}
+    with serving(compressors=("zlib",), handlers=echo) as server:
+        link = connect(server.address, LinkOptions(compressors=("zlib",)))
+        receiver = gevent.spawn(link.command, "admin", {"echo": 1, "pad": large})
+        assert inflating.wait(5)
+        receiver.kill(kill())
+        assert link.broken
+        with pytest.raises(AutoReconnect, match="connection closed"):
+            link.command("admin", {"ping": 1})
+        wait_for(lambda: server.hangups == [1])
+
+
 def test_unknown_compressors_are_dropped_with_a_warning() -> None:
     with pytest.warns(UserWarning, match="'lz4'"):
         options = LinkOptions(compressors=("lz4", "zlib"))
