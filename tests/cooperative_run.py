@@ -512,7 +512,7 @@ def report(detector: HubBlockDetector) -> list[dict[str, Any]]:
     return [
         {"name": step.name, "seconds": step.seconds, "error": step.error, "longest": gap(step),
          "blocks": [{"block": g.block, "late": g.late, "queued": g.queued, "cpu": g.cpu,
-                     "process_cpu": g.process_cpu, "watcher_late": g.watcher_late,
+                     "process_cpu": g.process_cpu, "watcher_late": g.watcher_late, "gc": g.gc,
                      "stack": g.stack} for g in step.blocks(detector.limit)]}
         for step in detector.steps
     ]

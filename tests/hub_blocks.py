@@ -22,12 +22,16 @@ measured without it (:attr:`Gap.block`); the raw lateness and the run-queue wait
 kept (:attr:`Gap.late`, :attr:`Gap.queued`), and so is the time the thread spent on a CPU
 (:attr:`Gap.cpu`): a block that is all CPU is work that never yields; one with little CPU
 is a call that waited (a blocking socket, a lock). Without that file (another OS), gaps
-are their raw lateness.
+are their raw lateness. Each gap also keeps what the whole process ran on a CPU
+(:attr:`Gap.process_cpu`: another thread holding the GIL), how late the watcher woke
+(:attr:`Gap.watcher_late`: nothing of the process ran) and how long Python's garbage
+collector ran (:attr:`Gap.gc`, which stops every thread), to tell a failure's cause.
 """
 
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import sys
 import time
@@ -62,6 +66,8 @@ class Gap:
     #: The longest the watcher thread went without waking, during the gap (beyond
     #: its interval).
     watcher_late: float
+    #: Of the gap, the time Python's garbage collector ran (in any thread).
+    gc: float
     #: The stack of the hub's thread while the gap was longer than the limit.
     stack: str = ""
 
@@ -118,6 +124,9 @@ class HubBlockDetector:
         self._pending: tuple[float, str] = (0.0, "")
         # How late the watcher woke at worst since the last tick.
         self._watcher_late = 0.0
+        # The garbage collector's running total, and when its current run started.
+        self._gc_total = 0.0
+        self._gc_started = 0.0
 
     # -- life cycle ---------------------------------------------------------------------
 
@@ -125,6 +134,7 @@ class HubBlockDetector:
         self._hub_thread = get_original("threading", "get_ident")()
         with contextlib.suppress(OSError):
             self._schedstat = os.open(_SCHEDSTAT, os.O_RDONLY)  # this (the hub's) thread's
+        gc.callbacks.append(self._on_gc)
         self._last_tick = time.perf_counter()
         self._ticker = gevent.spawn(self._tick)
         lock = get_original("_thread", "allocate_lock")()
@@ -142,6 +152,7 @@ class HubBlockDetector:
         if self._schedstat is not None:
             os.close(self._schedstat)
             self._schedstat = None
+        gc.callbacks.remove(self._on_gc)
         self._charge()
 
     def __enter__(self) -> Self:
@@ -181,22 +192,30 @@ class HubBlockDetector:
         fields = os.pread(self._schedstat, 128, 0).split()
         return int(fields[0]) / 1e9, int(fields[1]) / 1e9
 
+    def _on_gc(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._gc_started = time.perf_counter()
+        else:
+            self._gc_total += time.perf_counter() - self._gc_started
+
     def _tick(self) -> None:
         cpu, queued = self._clocks()
-        process_cpu = time.process_time()
+        process_cpu, collected = time.process_time(), self._gc_total
         while True:
             gevent.sleep(self.interval)
             now = time.perf_counter()
             late = now - self._last_tick - self.interval
             now_cpu, now_queued = self._clocks()
-            now_process_cpu = time.process_time()
+            now_process_cpu, now_collected = time.process_time(), self._gc_total
             watcher_late, self._watcher_late = self._watcher_late, 0.0
             if late > _KEEP:
                 tick, stack = self._pending
-                self._gaps.append(Gap(self._last_tick, now, late, now_queued - queued,
-                                      now_cpu - cpu, now_process_cpu - process_cpu,
-                                      watcher_late, stack if tick == self._last_tick else ""))
-            self._last_tick, cpu, queued, process_cpu = now, now_cpu, now_queued, now_process_cpu
+                self._gaps.append(Gap(
+                    self._last_tick, now, late, now_queued - queued, now_cpu - cpu,
+                    now_process_cpu - process_cpu, watcher_late, now_collected - collected,
+                    stack if tick == self._last_tick else ""))
+            self._last_tick, cpu, queued = now, now_cpu, now_queued
+            process_cpu, collected = now_process_cpu, now_collected
 
     def _watch(self) -> None:
         sleep = get_original("time", "sleep")

@@ -195,12 +195,13 @@ def describe(step: dict[str, Any]) -> str:
     """A step's longest block over the limit: how long, what the clocks said, the stack."""
     gap = max(step["blocks"], key=lambda gap: gap["block"])
     ms = {key: f"{gap[key] * 1e3:.1f} ms" for key in
-          ("late", "queued", "cpu", "process_cpu", "watcher_late")}
+          ("late", "queued", "cpu", "process_cpu", "watcher_late", "gc")}
     stack = gap["stack"] or "(none taken: the watcher thread did not run meanwhile)\n"
     return (f"step {step['name']!r} held the hub {gap['block'] * 1e3:.0f} ms (limit "
             f"{LIMIT * 1e3:.0f} ms; the ticker was late {ms['late']}, of which the hub's thread "
             f"waited for a CPU {ms['queued']} and ran {ms['cpu']}; the process ran "
-            f"{ms['process_cpu']}; the watcher was late {ms['watcher_late']}); "
+            f"{ms['process_cpu']}, the garbage collector {ms['gc']}; the watcher was late "
+            f"{ms['watcher_late']}); "
             f"the stack then:\n{stack}")
 
 
