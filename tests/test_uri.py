@@ -6,7 +6,9 @@ from __future__ import annotations
 import doctest
 import errno
 import os
+import re
 import ssl
+import time
 import traceback
 import warnings
 from collections.abc import Iterator
@@ -425,6 +427,25 @@ def test_a_dns_timeout_is_an_error_not_a_hang(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setattr("dns.resolver.resolve", time_out)
     with pytest.raises(ConfigurationError, match=r"timed out|timeout"):
         parse_uri("mongodb+srv://test1.test.build.10gen.cc/?connectTimeoutMS=100")
+
+
+@needs_zone
+def test_connect_timeout_bounds_the_srv_and_txt_lookups_together(
+    stub_dns: StubResolver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def slow_resolve(*args: Any, **kwargs: Any) -> Any:
+        time.sleep(0.3)  # in the lookup's worker thread
+        return stub_dns.resolve(*args, **kwargs)
+
+    monkeypatch.setattr("dns.resolver.resolve", slow_resolve)
+    started = time.monotonic()
+    with pytest.raises(ConfigurationError) as failure:
+        parse_uri("mongodb+srv://test5.test.build.10gen.cc/?connectTimeoutMS=450")
+    # Each lookup alone fits in 450 ms: only a deadline shared by both fails the TXT one.
+    assert re.fullmatch(r"the DNS lookup of the TXT records of 'test5\.test\.build\.10gen\.cc' "
+                        r"timed out after 0\.\d+ s \(the time left before its deadline\)",
+                        str(failure.value)), failure.value
+    assert time.monotonic() - started < 1.0
 
 
 # --- the TLS context ----------------------------------------------------------------

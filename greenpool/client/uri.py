@@ -46,6 +46,7 @@ import os
 import random
 import re
 import stat
+import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -582,16 +583,18 @@ class _Reader:
 
     def _seedlist(self, host: str) -> tuple[Address, ...]:
         """The hosts of a mongodb+srv:// connection string, from DNS; a TXT
-        record's options join the URI's (which win)."""
+        record's options join the URI's (which win). connectTimeoutMS bounds
+        both lookups together."""
         service = self._value("srvservicename", "mongodb")
         connect_ms = self._value("connecttimeoutms", DEFAULT_CONNECT_TIMEOUT * 1000)
         timeout = connect_ms / 1000 if connect_ms else None
+        deadline = None if timeout is None else time.monotonic() + timeout
         name = f"_{service}._tcp.{host}"
-        records = dns.srv_records(name, timeout=timeout)
+        records = dns.srv_records(name, timeout=timeout, deadline=deadline)
         targets = tuple((target.lower(), port) for target, port in records)
         for target, _ in targets:
             _check_srv_target(host, target)
-        texts = dns.txt_records(host, timeout=timeout)
+        texts = dns.txt_records(host, timeout=timeout, deadline=deadline)
         if len(texts) > 1:
             raise ConfigurationError(
                 f"{host} has {len(texts)} TXT records; a mongodb+srv:// host may have one")
