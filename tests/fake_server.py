@@ -147,6 +147,16 @@ def compress(message: bytes, compressor: str) -> bytes:
     return struct.pack("<iiii", length, request_id, response_to, OP_COMPRESSED) + prefix + data
 
 
+def decompress(body: bytes) -> tuple[int, bytes, str]:
+    """The body of an OP_COMPRESSED message unwrapped: the original opcode and
+    body, and the compressor's name."""
+    op_code, size, compressor_id = struct.unpack_from("<iiB", body)
+    compressor, _, uncompress = _COMPRESSORS[compressor_id]
+    original = uncompress(body[9:])
+    assert len(original) == size, (len(original), size)
+    return op_code, original, compressor
+
+
 @dataclass
 class FakeServer:
     """The fake server; use it as a context manager (it starts and stops)."""
@@ -237,10 +247,7 @@ class FakeServer:
             return None
         inner, compressor = op_code, None
         if op_code == OP_COMPRESSED:
-            inner, size, compressor_id = struct.unpack_from("<iiB", body)
-            compressor, _, decompress = _COMPRESSORS[compressor_id]
-            body = decompress(body[9:])
-            assert len(body) == size
+            inner, body, compressor = decompress(body)
         if inner == OP_QUERY:
             flags, db, command = _parse_op_query(body)
         else:

@@ -128,12 +128,15 @@ class TLSFiles:
     wrong_client_cert_key_file: Path
 
 
-def make_tls_files(directory: Path) -> TLSFiles:
-    """Create two CAs, a server certificate and two client certificates in ``directory``."""
+def make_tls_files(directory: Path, *, server_names: Sequence[str] = ()) -> TLSFiles:
+    """Create two CAs, a server certificate and two client certificates in ``directory``.
+
+    The server certificate is for 127.0.0.1, localhost and ``server_names``.
+    """
     directory.mkdir(parents=True, exist_ok=True)
     ca = _CertificateAuthority("greenpool test CA")
     wrong_ca = _CertificateAuthority("unrelated test CA")
-    server_cert, server_key = ca.issue("localhost", server=True)
+    server_cert, server_key = ca.issue("localhost", server=True, names=server_names)
     client_cert, client_key = ca.issue("greenpool test client", server=False)
     wrong_cert, wrong_key = wrong_ca.issue("greenpool test client", server=False)
     files = TLSFiles(
@@ -171,7 +174,7 @@ class _CertificateAuthority:
         )
 
     def issue(
-        self, common_name: str, *, server: bool
+        self, common_name: str, *, server: bool, names: Sequence[str] = ()
     ) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
         key = ec.generate_private_key(ec.SECP256R1())
         usage = ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
@@ -186,9 +189,10 @@ class _CertificateAuthority:
             )
         )
         if server:
-            san = x509.SubjectAlternativeName(
-                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address(HOST))]
-            )
+            san = x509.SubjectAlternativeName([
+                x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address(HOST)),
+                *(x509.DNSName(name) for name in names),
+            ])
             builder = builder.add_extension(san, critical=False)
         return builder.sign(self.key, hashes.SHA256()), key
 

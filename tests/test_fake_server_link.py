@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import gevent
+import gevent.event
 import pytest
 from bson.objectid import ObjectId
 from pymongo.errors import (
@@ -30,10 +31,13 @@ from pymongo.errors import (
 
 from greenpool import Connection, Pool, PoolClearedError
 from greenpool.errors import AuthenticationError, ProtocolError
+from greenpool.wire import compression
 from greenpool.wire.auth import Credentials
+from greenpool.wire.compression import OFF_HUB_SIZE
 from greenpool.wire.connector import connect, handshake_completed, make_connector
 from greenpool.wire.handshake import LOAD_BALANCER_UNSUPPORTED
 from greenpool.wire.link import Link, LinkOptions
+from greenpool.wire.offload import offload
 from tests.fake_scram import FakeScramServer
 from tests.fake_server import (
     HANG_UP,
@@ -173,6 +177,89 @@ def test_no_common_compressor_means_no_compression() -> None:
         link.command("admin", {"ping": 1})
         link.close()
     assert server.requests[-1].op_code == OP_MSG
+
+
+@pytest.fixture
+def offloaded(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The functions greenpool.wire.compression hands to gevent's threadpool, by name."""
+    calls: list[str] = []
+
+    def spy(function: Any, *args: Any) -> Any:
+        calls.append(function.__name__)
+        return offload(function, *args)
+
+    monkeypatch.setattr(compression, "offload", spy)
+    return calls
+
+
+@pytest.mark.parametrize("name", ["zlib", "snappy", "zstd"])
+def test_large_messages_are_compressed_in_the_threadpool(name: str, offloaded: list[str]) -> None:
+    """From OFF_HUB_SIZE bytes both ways (the reply too); small messages inline."""
+    large = os.urandom(OFF_HUB_SIZE // 2).hex()  # OFF_HUB_SIZE characters
+    echo = {"echo": lambda request: {"ok": 1.0, "pad": request.command["pad"]}}
+    with serving(compressors=(name,), handlers=echo) as server:
+        link = connect(server.address, LinkOptions(compressors=(name,)))
+        assert link.command("admin", {"echo": 1, "pad": "small"})["pad"] == "small"
+        assert offloaded == []
+        assert link.command("admin", {"echo": 1, "pad": large})["pad"] == large
+        link.close()
+    assert [request.compressor for request in server.requests[-2:]] == [name, name]
+    assert server.requests[-1].command["pad"] == large
+    assert offloaded == ["_compress", f"_inflate_{name}"]
+
+
+def test_a_link_is_taken_while_its_message_is_compressed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another greenlet's command is refused meanwhile; a kill there sends nothing
+    and leaves the link usable."""
+    compressing = gevent.event.Event()
+    release = gevent.event.Event()
+
+    def held(function: Any, *args: Any) -> Any:
+        compressing.set()
+        release.wait()
+        return offload(function, *args)
+
+    monkeypatch.setattr(compression, "offload", held)
+    large = "x" * OFF_HUB_SIZE
+    with serving(compressors=("zlib",)) as server:
+        link = connect(server.address, LinkOptions(compressors=("zlib",)))
+        first = gevent.spawn(link.command, "admin", {"ping": 1, "pad": large})
+        compressing.wait(5)
+        with pytest.raises(RuntimeError, match="carrying another greenlet's request"):
+            link.command("admin", {"ping": 1})
+        first.kill()
+        assert not link.broken
+        release.set()
+        assert link.command("admin", {"ping": 1, "pad": "small"}) == {"ok": 1.0}
+        link.close()
+    assert [request.command.get("pad") for request in server.requests[1:]] == ["small"]
+
+
+@pytest.mark.parametrize("kill", [gevent.GreenletExit, gevent.Timeout])
+def test_a_kill_while_a_reply_is_decompressed_breaks_the_link(
+    monkeypatch: pytest.MonkeyPatch, kill: type[BaseException]
+) -> None:
+    """The reply was read: whatever the stream holds next is no answer to a new request."""
+    inflating = gevent.event.Event()
+
+    def held(function: Any, *args: Any) -> Any:
+        if function.__name__.startswith("_inflate"):
+            inflating.set()
+            gevent.sleep(10)
+        return offload(function, *args)
+
+    monkeypatch.setattr(compression, "offload", held)
+    large = "x" * OFF_HUB_SIZE
+    echo = {"echo": lambda request: {"ok": 1.0, "pad": request.command["pad"]}}
+    with serving(compressors=("zlib",), handlers=echo) as server:
+        link = connect(server.address, LinkOptions(compressors=("zlib",)))
+        receiver = gevent.spawn(link.command, "admin", {"echo": 1, "pad": large})
+        assert inflating.wait(5)
+        receiver.kill(kill())
+        assert link.broken
+        with pytest.raises(AutoReconnect, match="connection closed"):
+            link.command("admin", {"ping": 1})
+        wait_for(lambda: server.hangups == [1])
 
 
 def test_unknown_compressors_are_dropped_with_a_warning() -> None:

@@ -2,8 +2,8 @@
 
 The zone is the one the Initial DNS Seedlist Discovery spec tests were
 written against: the record table in that spec's tests/README.md. The stub
-replaces ``dns.resolver.resolve``, which PyMongo's SRV resolver calls, so
-PyMongo's own code runs on real dnspython answers; any other way into
+replaces ``dns.resolver.resolve``, which :mod:`greenpool.client.dns` calls, so
+greenpool's own code runs on real dnspython answers; any other way into
 dnspython's resolver fails the test, so no test ever queries real DNS.
 """
 
@@ -16,6 +16,7 @@ from typing import Any
 
 import dns.message
 import dns.name
+import dns.rcode
 import dns.rdata
 import dns.rdataclass
 import dns.rdatatype
@@ -59,16 +60,28 @@ class StubResolver:
         name = qname if isinstance(qname, dns.name.Name) else dns.name.from_text(str(qname))
         rtype = dns.rdatatype.RdataType.make(rdtype)
         self.queries.append((name.to_text(omit_final_dot=True), rtype.name))
-        response = dns.message.make_response(dns.message.make_query(name, rtype))
-        data = self.records.get((name, rtype))
-        if not data:
-            if any(known == name for known, _ in self.records):
-                raise dns.resolver.NoAnswer(response=response)
+        response = respond(dns.message.make_query(name, rtype), self.records)
+        if response.rcode() == dns.rcode.NXDOMAIN:
             raise dns.resolver.NXDOMAIN(qnames=[name], responses={name: response})
+        if not response.answer:
+            raise dns.resolver.NoAnswer(response=response)
+        return dns.resolver.Answer(name, rtype, dns.rdataclass.IN, response)
+
+
+def respond(query: dns.message.Message, records: Records) -> dns.message.Message:
+    """The zone's response to ``query``: the records asked for; no answer for a
+    name the zone has without that type; NXDOMAIN for a name it does not have."""
+    response = dns.message.make_response(query)
+    question = query.question[0]
+    name, rtype = question.name, question.rdtype
+    data = records.get((name, rtype))
+    if data:
         rrset = response.find_rrset(response.answer, name, dns.rdataclass.IN, rtype, create=True)
         for text in data:
             rrset.add(dns.rdata.from_text(dns.rdataclass.IN, rtype, text), TTL)
-        return dns.resolver.Answer(name, rtype, dns.rdataclass.IN, response)
+    elif not any(known == name for known, _ in records):
+        response.set_rcode(dns.rcode.NXDOMAIN)
+    return response
 
 
 def install_stub(monkeypatch: pytest.MonkeyPatch, records: Records) -> StubResolver:
@@ -83,8 +96,8 @@ def forbid_real_dns(monkeypatch: pytest.MonkeyPatch) -> None:
     """Fail the test on any query that would reach a name server."""
 
     def refuse(*args: Any, **kwargs: Any) -> Any:
-        # pytest.fail raises a BaseException: PyMongo's "except Exception"
-        # around its lookups cannot turn it into a ConfigurationError.
+        # pytest.fail raises a BaseException: no "except Exception" around
+        # a lookup can turn it into a ConfigurationError.
         pytest.fail(f"a test tried a real DNS query: {args[1:]}")
 
     monkeypatch.setattr(dns.resolver.Resolver, "resolve", refuse)

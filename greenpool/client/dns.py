@@ -2,8 +2,19 @@
 
 What lives here: every DNS query greenpool makes itself, through dnspython's
 resolver (so the system's resolver configuration, or a ``dns.resolver.default_resolver``
-the program set, applies), each bounded by a time limit, each failure a
-:class:`~greenpool.ConfigurationError` naming the name looked up.
+the program set, applies), each bounded by a time limit and, when given, a
+deadline, each failure a :class:`~greenpool.ConfigurationError` naming the name
+looked up.
+
+Cooperative without monkey-patching: dnspython's resolver waits on blocking
+sockets, so each query runs in gevent's threadpool
+(:func:`~greenpool.wire.offload.offload`; the hub's threadpool, where gevent's
+own resolver runs ``getaddrinfo``) while the calling greenlet waits for it, at
+most the time limit; other greenlets run meanwhile. The same path runs under
+monkey-patching, so patched programs behave the same. A query whose caller
+gave up (its time ran out, or it was killed) finishes in its thread within the
+same limit, its answer dropped. The query calls ``dns.resolver.resolve`` in that
+thread, so a test that replaces that function still answers it.
 
 What must not: what the records mean (the seedlist rules, which TXT options are
 allowed) is the connection string's business (:mod:`greenpool.client.uri`);
@@ -12,48 +23,96 @@ host-name resolution for connecting is the socket's (:mod:`greenpool.wire.socket
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import dns.exception
 import dns.resolver
+import gevent
 
 from greenpool.errors import ConfigurationError
+from greenpool.wire.offload import offload
 
 __all__ = ["srv_records", "txt_records"]
 
 
-def srv_records(name: str, *, timeout: float | None) -> list[tuple[str, int]]:
+def srv_records(
+    name: str, *, timeout: float | None, deadline: float | None = None
+) -> list[tuple[str, int]]:
     """The (target, port) of each SRV record of ``name``, targets without the final dot.
 
-    Raises :class:`~greenpool.ConfigurationError` when there are none, when the
-    name does not exist, or when the lookup fails or takes longer than
-    ``timeout`` seconds (None: dnspython's own limit).
+    The lookup takes at most ``timeout`` seconds (None: dnspython's own
+    limit), and ends by ``deadline`` (a :func:`time.monotonic` time) when one
+    is given. Raises :class:`~greenpool.ConfigurationError` when there are
+    none, when the name does not exist, or when the lookup fails or runs out
+    of time.
     """
-    answer = _resolve(name, "SRV", timeout, missing_ok=False)
+    answer = _resolve(name, "SRV", timeout, deadline, missing_ok=False)
     return [(record.target.to_text(omit_final_dot=True), int(record.port)) for record in answer]
 
 
-def txt_records(name: str, *, timeout: float | None) -> list[str]:
+def txt_records(name: str, *, timeout: float | None, deadline: float | None = None) -> list[str]:
     """The text of each TXT record of ``name`` (its strings joined); none when
-    the name has no TXT record or does not exist. A failed or timed-out lookup
+    the name has no TXT record or does not exist. ``timeout`` and ``deadline``
+    bound the lookup as for :func:`srv_records`; a failed or timed-out lookup
     raises :class:`~greenpool.ConfigurationError`."""
-    answer = _resolve(name, "TXT", timeout, missing_ok=True)
+    answer = _resolve(name, "TXT", timeout, deadline, missing_ok=True)
     return [b"".join(record.strings).decode("utf-8", "replace") for record in answer]
 
 
-def _resolve(name: str, rdtype: str, timeout: float | None, *, missing_ok: bool) -> list[Any]:
+def _resolve(
+    name: str, rdtype: str, timeout: float | None, deadline: float | None, *, missing_ok: bool
+) -> list[Any]:
+    limit, by_deadline = _limit(timeout, deadline)
     try:
-        return list(dns.resolver.resolve(name, rdtype, lifetime=timeout))
+        return _in_threadpool(name, rdtype, limit)
     except (dns.resolver.NXDOMAIN, dns.resolver.NoAnswer):
         if missing_ok:
             return []
         raise ConfigurationError(f"no {rdtype} records for {name!r}: the DNS name "
                                  "does not exist or has none") from None
-    except dns.exception.Timeout:
-        limit = f" after {timeout:g} s" if timeout is not None else ""
+    except (dns.exception.Timeout, _OutOfTime):
+        after = f" after {max(limit, 0):g} s" if limit is not None else ""
+        cause = " (the time left before its deadline)" if by_deadline else ""
         raise ConfigurationError(
-            f"the DNS lookup of the {rdtype} records of {name!r} timed out{limit}") from None
+            f"the DNS lookup of the {rdtype} records of {name!r} timed out{after}{cause}"
+        ) from None
     except dns.exception.DNSException as error:
         raise ConfigurationError(
             f"the DNS lookup of the {rdtype} records of {name!r} failed: "
             f"{type(error).__name__}") from None
+
+
+def _limit(timeout: float | None, deadline: float | None) -> tuple[float | None, bool]:
+    """The lookup's time limit in seconds (None: dnspython's own), and whether
+    the deadline set it."""
+    if deadline is None:
+        return timeout, False
+    left = deadline - time.monotonic()
+    if timeout is None or left < timeout:
+        return left, True
+    return timeout, False
+
+
+def _in_threadpool(name: str, rdtype: str, limit: float | None) -> list[Any]:
+    """``dns.resolver.resolve`` in the hub's threadpool, waited for at most
+    ``limit`` seconds (the wait for a free thread included)."""
+    if limit is not None and limit <= 0:
+        raise _OutOfTime
+    timer = gevent.Timeout(limit)
+    try:
+        with timer:
+            return offload(_query, name, rdtype, limit)
+    except gevent.Timeout as expired:
+        if expired is not timer:
+            raise  # an enclosing timeout's, not ours
+        raise _OutOfTime from None
+
+
+class _OutOfTime(Exception):
+    """The caller's time limit ran out before dnspython's did."""
+
+
+def _query(name: str, rdtype: str, lifetime: float | None) -> list[Any]:
+    # Looked up at call time, in the worker thread: a test's stand-in answers too.
+    return list(dns.resolver.resolve(name, rdtype, lifetime=lifetime))

@@ -6,10 +6,16 @@ presents a certificate and key, or relaxes verification, with errors that
 name the connection string option and the path of a missing, unreadable or
 bad file.
 
+Loading runs in gevent's threadpool (:func:`~greenpool.wire.offload.offload`):
+OpenSSL parses the files without the GIL, and the system's CA store alone
+takes tens of milliseconds (hundreds on a busy machine) that would otherwise
+hold the hub while a Client is built.
+
 What must not: reading the connection string (the options arrive as values
 from :class:`greenpool.client.uri.ClientSettings`) and opening sockets
 (:mod:`greenpool.wire.sockets` drives whatever context it is given). It
-imports nothing of greenpool but :mod:`greenpool.errors`.
+imports nothing of greenpool but :mod:`greenpool.errors` and
+:mod:`greenpool.wire.offload`.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import ssl
 from collections.abc import Callable
 
 from greenpool.errors import ConfigurationError
+from greenpool.wire.offload import offload
 
 __all__ = ["tls_context"]
 
@@ -52,7 +59,7 @@ def _load_trust(context: ssl.SSLContext, ca_file: str | None, crl_file: str | No
     if ca_file:
         _load_tls_file("tlsCAFile", ca_file, lambda: context.load_verify_locations(ca_file))
     else:
-        context.load_default_certs()
+        offload(context.load_default_certs)
     if crl_file:
         _load_tls_file("tlsCRLFile", crl_file, lambda: context.load_verify_locations(crl_file))
         context.verify_flags |= ssl.VERIFY_CRL_CHECK_LEAF
@@ -75,7 +82,7 @@ def _load_identity(context: ssl.SSLContext, path: str, secret: str | None) -> No
 
 def _load_tls_file(option: str, path: str, load: Callable[[], object]) -> None:
     try:
-        load()
+        offload(load)
     except ssl.SSLError as exc:
         what = ("a PEM file with a certificate and its private key, or the wrong "
                 "tlsCertificateKeyFilePassword" if option == "tlsCertificateKeyFile"

@@ -36,12 +36,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
-import gevent
 from pymongo.errors import InvalidName, OperationFailure
 from pymongo.saslprep import saslprep
 
 from greenpool.errors import AuthenticationError, ConfigurationError
 from greenpool.wire.messages import check_database_name
+from greenpool.wire.offload import offload
 from greenpool.wire.replies import check_reply
 
 __all__ = [
@@ -351,7 +351,7 @@ def _scram_keys(
     key = (hash_name, password, salt, iterations)
     keys = _KEY_CACHE.get(key)
     if keys is None:
-        keys = gevent.get_hub().threadpool.apply(_derive_keys, key)
+        keys = offload(_derive_keys, *key)
         _KEY_CACHE[key] = keys
         while len(_KEY_CACHE) > _KEY_CACHE_SIZE:
             _KEY_CACHE.popitem(last=False)

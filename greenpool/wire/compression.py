@@ -7,9 +7,16 @@ negotiation (:func:`negotiate_compressor`), which commands may be compressed
 (:func:`may_compress`), and :func:`decompress`, which refuses data that
 disagrees with its declared size before allocating it.
 
+Payloads of :data:`OFF_HUB_SIZE` bytes or more are compressed and
+decompressed in gevent's threadpool (:func:`~greenpool.wire.offload.offload`):
+zlib, zstd and snappy release the GIL while they work, so other greenlets run
+meanwhile, where inline a large message would hold the hub (zlib takes tens of
+milliseconds per megabyte).
+
 What must not: message framing. OP_COMPRESSED's header and prefix are
 :mod:`greenpool.wire.messages`' job; this module sees only payload bytes. It
-imports nothing of greenpool but :mod:`greenpool.errors`.
+imports nothing of greenpool but :mod:`greenpool.errors` and
+:mod:`greenpool.wire.offload`.
 """
 
 from __future__ import annotations
@@ -22,10 +29,12 @@ from dataclasses import dataclass
 from types import ModuleType
 
 from greenpool.errors import ConfigurationError, ProtocolError
+from greenpool.wire.offload import offload
 
 __all__ = [
     "COMPRESSOR_IDS",
     "NO_COMPRESSION",
+    "OFF_HUB_SIZE",
     "Compressor",
     "compressor_available",
     "decompress",
@@ -39,6 +48,11 @@ COMPRESSOR_IDS: Mapping[str, int] = {"noop": 0, "snappy": 1, "zlib": 2, "zstd": 
 _COMPRESSOR_NAMES = {value: name for name, value in COMPRESSOR_IDS.items()}
 # What to install for a compressor that is not in the standard library.
 _PACKAGES = {"snappy": "python-snappy", "zstd": "zstandard"}
+
+#: Payloads (uncompressed) of this many bytes or more are compressed and
+#: decompressed in gevent's threadpool; below it the hop to a thread would
+#: cost about as much as the work (zlib: about 5 ms at this size).
+OFF_HUB_SIZE = 128 * 1024
 
 #: Commands the compression spec forbids compressing (lowercased first key):
 #: the handshake and everything that carries credentials.
@@ -118,7 +132,13 @@ class Compressor:
         return COMPRESSOR_IDS[self.name]
 
     def compress(self, data: bytes) -> bytes:
-        """Compress ``data`` the way the server expects (raw snappy, zlib stream, zstd frame)."""
+        """Compress ``data`` the way the server expects (raw snappy, zlib stream,
+        zstd frame); in gevent's threadpool from :data:`OFF_HUB_SIZE` bytes."""
+        if len(data) >= OFF_HUB_SIZE and self.name != "noop":
+            return offload(self._compress, data)
+        return self._compress(data)
+
+    def _compress(self, data: bytes) -> bytes:
         if self.name == "zlib":
             return zlib.compress(data, self.zlib_level)
         if self.name == "snappy":
@@ -227,14 +247,19 @@ _INFLATERS: Mapping[str, Callable[[bytes, int], bytes]] = {
 def decompress(compressor_id: int, data: bytes, size: int) -> bytes:
     """OP_COMPRESSED's payload ``data``, inflated by the compressor ``compressor_id``
     names to exactly ``size`` bytes (the size the message declared, already
-    bounded by the caller); :class:`ProtocolError` for anything else."""
+    bounded by the caller); :class:`ProtocolError` for anything else. In
+    gevent's threadpool from :data:`OFF_HUB_SIZE` bytes."""
     name = _COMPRESSOR_NAMES.get(compressor_id)
     if name is None:
         raise ProtocolError(f"OP_COMPRESSED has an unknown compressor id {compressor_id}")
     if not compressor_available(name):
         raise ProtocolError(f"OP_COMPRESSED uses {name}, but {_PACKAGES[name]} is not installed")
+    inflate = _INFLATERS[name]
     try:
-        result = _INFLATERS[name](data, size)
+        if size >= OFF_HUB_SIZE and name != "noop":
+            result = offload(inflate, data, size)
+        else:
+            result = inflate(data, size)
     except ProtocolError:
         raise
     except Exception as exc:  # each library raises its own error types

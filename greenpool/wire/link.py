@@ -401,10 +401,17 @@ class Link:
         replies to the last request are still coming; nothing is sent then.
         """
         self._check_usable()
-        request_id, data = encode_command(
-            command, db, request_id=request_id, exhaust_allowed=exhaust_allowed,
-            compressor=self._compressor, max_message_size=self._max_message_size,
-        )
+        # Compressing a large message yields (it runs in gevent's threadpool):
+        # the link is taken meanwhile. Nothing is sent yet, so an error or a
+        # kill here leaves it usable.
+        self._busy = True
+        try:
+            request_id, data = encode_command(
+                command, db, request_id=request_id, exhaust_allowed=exhaust_allowed,
+                compressor=self._compressor, max_message_size=self._max_message_size,
+            )
+        finally:
+            self._busy = False
         read = self._read_stream_start if exhaust_allowed else self._read_message
         message = self._round_trip(request_id, data, timeout, read)
         return check_reply(message.document)
