@@ -140,10 +140,9 @@ def check_invariants(pool: GreenPool) -> None:
     # Hold records: one per connection checked out (and not since a fork),
     # none naming a greenlet that ended; the longest wait is a live waiter's.
     assert len(pool._gp_out) <= pool.active_sockets, state
-    report = pool.report()
-    assert not [h for h in report.holders if h.ended], report
-    assert report.waiting == state["waiting"], report
-    assert (report.oldest_wait is None) == (report.waiting == 0), report
+    assert not [hold for hold in pool._holds() if hold.greenlet.dead], state
+    oldest = [queue.oldest_since() for queue in (pool._gp_new, pool._gp_held)]
+    assert [since is None for since in oldest] == [not pool._gp_new, not pool._gp_held], state
 
 
 # The checkout contexts of held connections. Before PyMongo 4.18 checkout()

@@ -10,7 +10,7 @@ long_hold_threshold, the long-hold watcher (``longholds.py``).
 
 What lives here: :class:`_Maintenance`, the pool's piece that owns
 ``_connector``, ``_on_establish_error``, ``_filling``, ``_alarm``,
-``_maintainer``, ``_fillers`` and ``_watcher``, and the maintenance
+``_maintainer``, ``_fillers`` and the watcher of ``_watch``, and the maintenance
 greenlet's loop. Of the hot path's sets it touches two moves: an
 established connection from ``_pending`` to ``_in_use``, and the pruning of
 ``_available``.
@@ -120,9 +120,9 @@ class _Maintenance(_PoolFields[T]):
     # -- the background -----------------------------------------------------------
 
     def _start_maintenance(self) -> None:
-        if self._long_hold_threshold is not None and (
-                self._watcher is None or self._watcher.dead):
-            self._watcher = gevent.spawn(longholds.watch, weakref.ref(self), Alarm())
+        watch = self._watch
+        if watch is not None and (watch.greenlet is None or watch.greenlet.dead):
+            watch.greenlet = gevent.spawn(longholds.watch, weakref.ref(self), Alarm())
         if self.options.background_interval is None:
             return  # the test hook for "never run"
         if self._maintainer is None or self._maintainer.dead:
@@ -130,9 +130,11 @@ class _Maintenance(_PoolFields[T]):
         self._alarm.ring()
 
     def _stop_maintenance(self) -> None:
-        greenlets = [g for g in (self._maintainer, self._watcher, *self._fillers)
-                     if g is not None]
-        self._maintainer = self._watcher = None
+        watcher = None
+        if self._watch is not None:
+            watcher, self._watch.greenlet = self._watch.greenlet, None
+        greenlets = [g for g in (self._maintainer, watcher, *self._fillers) if g is not None]
+        self._maintainer = None
         self._fillers.clear()
         for greenlet in greenlets:
             if greenlet is not getcurrent():

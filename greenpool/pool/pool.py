@@ -50,7 +50,7 @@ from greenpool.pool.connection import (
 )
 from greenpool.pool.forking import _ForkHandling
 from greenpool.pool.holds import Hold, Holder, PoolReport, records_sites, snapshot
-from greenpool.pool.longholds import ConnectionHeldTooLongEvent, check_threshold, describe
+from greenpool.pool.longholds import ConnectionHeldTooLongEvent, Watch, check_threshold, describe
 from greenpool.pool.maintenance import _Maintenance
 from greenpool.pool.metrics import Tally
 from greenpool.pool.monitoring import Publisher
@@ -114,8 +114,9 @@ class Pool(_HotPath[T], _Maintenance[T], _Clearing[T], _ServiceMap[T], _ForkHand
         long_hold_threshold: float | None = None,
     ) -> None:
         self.address = parse_address(address)
-        self._long_hold_threshold = check_threshold(long_hold_threshold)
-        self._acquire_sites = records_sites(acquire_sites, self._long_hold_threshold)
+        threshold = check_threshold(long_hold_threshold)
+        self._acquire_sites = records_sites(acquire_sites, threshold)
+        self._watch = None if threshold is None else Watch(threshold)
         self.options = options if isinstance(options, PoolOptions) else PoolOptions(options)
         # Read on every checkout and checkin; options never change.
         self._load_balanced = self.options.load_balanced
@@ -144,7 +145,6 @@ class Pool(_HotPath[T], _Maintenance[T], _Clearing[T], _ServiceMap[T], _ForkHand
         self._alarm = Alarm()
         self._maintainer = None
         self._fillers = set()
-        self._watcher = None
         # Fork handling's (forking.py).
         self._pid = os.getpid()
         self._thread = forking.real_thread_id()
@@ -184,7 +184,7 @@ class Pool(_HotPath[T], _Maintenance[T], _Clearing[T], _ServiceMap[T], _ForkHand
     @property
     def long_hold_threshold(self) -> float | None:
         """Seconds a connection may be held before it is reported (None: never)."""
-        return self._long_hold_threshold
+        return None if self._watch is None else self._watch.threshold
 
     def holders(self) -> list[Holder]:
         """Who holds this pool's connections now, longest-held first: for
