@@ -4,10 +4,10 @@ Rules of this module: :class:`HoldingPool`, the base of
 :class:`~greenpool.pymongo.pool.GreenPool` that says who holds its connections,
 with :mod:`greenpool.pool.holds` (the records and their text, shared with the core
 pool) and :mod:`greenpool.pool.longholds` (the watcher). GreenPool's checkout stores
-each checked-out connection's record with :meth:`HoldingPool._gp_hold` in the
-mapping of its checked-out connections (``_gp_out``), and its checkin drops it with
-the entry: one step, so a kill cannot leave a record behind. Nothing here waits or
-changes a counter.
+each checked-out connection's record (:data:`Record`) in the mapping of its
+checked-out connections (``_gp_out``), and its checkin drops it with the entry:
+one step, so a kill cannot leave a record behind. Nothing here waits or changes a
+counter.
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ from greenpool.pool.holds import (
     Holder,
     PoolReport,
     RawSite,
-    acquire_site,
     describe_holders,
     records_sites,
     snapshot,
@@ -65,11 +64,6 @@ class HoldingPool(BasePool):
         if self._gp_threshold is not None:
             self._gp_watcher = gevent.spawn(watch, weakref.ref(self), Alarm())
         reports.track(self)
-
-    def _gp_hold(self) -> Record:
-        """The record of a checkout handing out a connection now, in the
-        checkout's greenlet (the acquire site is found from its caller)."""
-        return getcurrent(), time.monotonic(), acquire_site(3) if self._gp_sites else None
 
     def _gp_stop_holding(self) -> None:
         """The pool is closed: no report, no watcher."""

@@ -49,8 +49,10 @@ import time
 import weakref
 from typing import TYPE_CHECKING, Any, NoReturn, TypeAlias
 
+from gevent import getcurrent
 from pymongo.errors import AutoReconnect, WaitQueueTimeoutError
 
+from greenpool.pool.holds import acquire_site
 from greenpool.pool.waitqueue import Slot, Turns, WaitQueue, WaitTimedOut
 from greenpool.pymongo.holders import HoldingPool
 from greenpool.pymongo.internals import (
@@ -241,7 +243,9 @@ class GreenPool(HoldingPool):
             conn = self._gp_use_grant(grant, epoch, deadline, started, handler)
             conn.active = True
             self.active_contexts.add(conn.cancel_context)
-            self._gp_out[conn] = self._gp_hold()  # checked out, and its hold record
+            # Checked out, with its hold record (holders.py): who, since when, where.
+            self._gp_out[conn] = (getcurrent(), time.monotonic(),
+                                  acquire_site() if self._gp_sites else None)
         except BaseException as error:
             reported = isinstance(error, WaitQueueTimeoutError)
             if epoch == self._gp_epoch:
