@@ -102,7 +102,7 @@ class Client:
     :param acquire_sites: record where each checkout came from (the first
         frame outside greenpool, gevent, PyMongo and the standard library), for
         :meth:`pool_report` and the holders a
-        :class:`~greenpool.WaitQueueTimeoutError` names: about 0.7 µs per
+        :class:`~greenpool.WaitQueueTimeoutError` names: about 0.6 µs per
         checkout (see :class:`greenpool.Pool`). None (the default): only with
         a ``long_hold_threshold``.
     :param long_hold_threshold: seconds (None: never): report a connection

@@ -82,7 +82,7 @@ class Pool(_HotPath[T], _Maintenance[T], _Clearing[T], _ServiceMap[T], _ForkHand
     :param acquire_sites: record where each checkout was asked for (the
         first frame outside greenpool, gevent, PyMongo and the standard
         library), for :meth:`holders`, exhaustion errors and long-hold
-        warnings. It costs about 0.2 µs per checkout (a sixth of a bare
+        warnings. It costs about 0.25 µs per checkout (a fifth of a bare
         uncontended checkout+checkin), more through deeper library code, so
         it is off unless asked for; None (the default): on when
         ``long_hold_threshold`` is set. The holder greenlet and the time are
