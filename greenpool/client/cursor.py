@@ -183,7 +183,7 @@ class Cursor:
             return
         conn, self._conn = self._conn, None
         server_session = self._server_session
-        implicit = server_session if not isinstance(server_session, bool) else None
+        implicit = None if isinstance(server_session, bool | None) else server_session
         lsid = self._session.lsid if self._session is not None else (
             implicit.lsid if implicit is not None else None)
         if conn is not None or not self._operations.closed:
