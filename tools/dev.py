@@ -4,6 +4,7 @@
     python3 tools/dev.py demo    # the main job: a demo (see README.rst)
     python3 tools/dev.py test    # ruff, mypy --strict, the whole test suite
     python3 tools/dev.py bench   # the benchmarks (not part of the tests); --quick
+    python3 tools/dev.py faults  # restarts, partitions, stepdowns per route (not a test)
     python3 tools/dev.py pymongo-suite [VERSION]  # PyMongo's own tests, stock vs greenpool
 
 Needs only Python 3.11+ with venv and pip. The virtual environment lives in
@@ -121,12 +122,18 @@ def bench(args: list[str]) -> None:
     run(python, "benchmarks/bench.py", *args)
 
 
+def faults(args: list[str]) -> None:
+    """The fault benchmark (benchmarks/bench_faults.py; --help)."""
+    run(PYTHON, "benchmarks/bench_faults.py", *args)
+
+
 def pymongo_suite(args: list[str]) -> None:
     """PyMongo's test suite on both routes (tools/pymongo_suite.py; --help)."""
     run(PYTHON, "tools/pymongo_suite.py", *args)
 
 
-JOBS = {"bench": bench, "demo": demo, "pymongo-suite": pymongo_suite, "test": test}
+JOBS = {"bench": bench, "demo": demo, "faults": faults, "pymongo-suite": pymongo_suite,
+        "test": test}
 
 
 def main() -> None:
