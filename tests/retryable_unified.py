@@ -62,8 +62,8 @@ def check_requirements(requirements: list[Mapping[str, Any]] | None) -> None:
         if not unmet:
             return
         reasons.append(", ".join(f"{key}={requirement[key]!r}" for key in unmet))
-    raise NotApplicable(f"a deployment with {' or '.join(reasons)} (the test server is a "
-                        f"one-node replica set without authentication)")
+    raise NotApplicable(f"a deployment with {' or '.join(reasons)} (the test server is "
+                        f"SecantusDB 8.2.11, a one-node replica set without authentication)")
 
 
 def _requirement_met(key: str, value: Any) -> bool:

@@ -102,13 +102,13 @@ def test_requested_checks_are_at_least_min_heartbeat_frequency_apart() -> None:
     # A port nothing listens on: every check fails at once.
     with FakeServer() as fake:
         host, port = fake.address
-    uri = f"mongodb://{host}:{port}/?serverSelectionTimeoutMS=1700"
+    uri = f"mongodb://{host}:{port}/?serverSelectionTimeoutMS=1200"
     with Client(uri, event_listeners=[heartbeats]) as client:
         waiters = [gevent.spawn(client.topology.select) for _ in range(20)]
         gevent.joinall(waiters, timeout=10)
     assert all(isinstance(w.exception, ServerSelectionTimeoutError) for w in waiters)
-    # 1.7 s of 20 selections asking: a check about every 0.5 s, not 20 at once.
-    assert 3 <= len(heartbeats.starts) <= 5, heartbeats.starts
+    # 1.2 s of 20 selections asking: a check about every 0.5 s, not 20 at once.
+    assert 2 <= len(heartbeats.starts) <= 4, heartbeats.starts
     gaps = [start - end for end, start in zip(heartbeats.ends, heartbeats.starts[1:],
                                               strict=False)]
     assert min(gaps) >= MIN_HEARTBEAT_FREQUENCY - 0.02, gaps
@@ -152,7 +152,7 @@ def test_a_stepdown_under_concurrent_writes_clears_nothing(server: ServerProcess
 
 
 def test_reads_come_back_the_moment_the_server_does(server: ServerProcess) -> None:
-    """Every connection reset and new ones refused for a second, as in a restart, under
+    """Every connection reset and new ones refused for a while, as in a restart, under
     20 greenlets reading: the reads in flight and those waiting for a connection are
     retried (each waits in selection, within serverSelectionTimeoutMS), so none
     surfaces an error; every reader reads again within half a second of the server's
@@ -183,7 +183,7 @@ def test_reads_come_back_the_moment_the_server_does(server: ServerProcess) -> No
             accepted_before = len(proxy.backends[0].accepted_at)
             proxy.set_mode(0, "refuse")
             proxy.kill_connections(0, reset=True)
-            gevent.sleep(1.0)
+            gevent.sleep(0.7)
             proxy.set_mode(0, "up")
             back = time.monotonic()
             gevent.sleep(MIN_HEARTBEAT_FREQUENCY + 0.4)
