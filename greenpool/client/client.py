@@ -229,7 +229,8 @@ class Client:
         :raises pymongo.errors.ServerSelectionTimeoutError: the server was
             not reachable within serverSelectionTimeoutMS.
         """
-        _check_retry(retry)
+        if retry is not None:
+            _check_retry(retry)
         ops = self._operations
         # The deadline first: a refused timeout leaves the session untouched.
         deadline = ops.deadline(timeout, session)
@@ -266,7 +267,8 @@ class Client:
         a ``getMore`` is never retried (the cursor may have moved on).
         """
         _check_batch_size(batch_size)
-        _check_retry(retry)
+        if retry is not None:
+            _check_retry(retry)
         self._check_session(session)
         document = self._prepare(dbname, command, None)
         default = (self._default_read_preference if _may_use_secondary(document)

@@ -48,6 +48,8 @@ from pymongo.errors import (
     NotPrimaryError,
     OperationFailure,
     PyMongoError,
+    ServerSelectionTimeoutError,
+    WaitQueueTimeoutError,
 )
 from pymongo.read_preferences import _ServerMode
 from pymongo.server_description import ServerDescription
@@ -110,16 +112,18 @@ class _Closable(Protocol):
 
 class ServerSession:
     """One server session of the implicit-session pool (Sessions spec): its
-    ``lsid`` document, when it was last given back, and the last transaction
+    ``lsid`` document, when it was last given back, the last transaction
     number a retryable write used in it (kept across uses: the server refuses
-    a number it has seen in that session)."""
+    a number it has seen in that session), and whether a command in it failed
+    so that the server may still hold it busy (then it is never lent again)."""
 
-    __slots__ = ("last_used", "lsid", "txn_number")
+    __slots__ = ("dirty", "last_used", "lsid", "txn_number")
 
     def __init__(self) -> None:
         self.lsid: dict[str, Any] = {"id": Binary(uuid.uuid4().bytes, UUID_SUBTYPE)}
         self.last_used = 0.0
         self.txn_number = 0
+        self.dirty = False
 
 
 class Operations:
@@ -414,7 +418,8 @@ class Operations:
         transaction ID (the session's lsid, a new txnNumber) and retried
         after an error labelled RetryableWriteError; elsewhere as any other
         command. The first selection's error is the caller's to see."""
-        if not self.select(deadline).retryable_writes_supported:
+        server = self.select(deadline)
+        if not server.retryable_writes_supported:
             try:
                 return self._command_once(dbname, command, session, deadline, preference)
             except PyMongoError as error:
@@ -422,7 +427,6 @@ class Operations:
                     error, lambda: self._command_once(dbname, command, session, deadline,
                                                       preference),
                     command, session, deadline, retry)
-        name = next(iter(command))
         implicit = self.take_server_session() if session is None else None
         if implicit is not None:
             implicit.txn_number += 1
@@ -431,44 +435,50 @@ class Operations:
             assert session is not None  # a server with retryable writes has sessions
             txn_number = session.next_txn_number()
         command["txnNumber"] = Int64(txn_number)
-        dirty = False
-        attempts = 0
-
-        def attempt() -> dict[str, Any]:
-            nonlocal attempts, dirty
-            attempts += 1
-            conn: Connection[Link] | None = None
-            wire_version: int | None = None
-            try:
-                with self.lease(session, Purpose.OTHER, name=name, deadline=deadline) as conn:
-                    if attempts > 1 and not self.topology.server.retryable_writes_supported:
-                        raise _Unsupported  # the spec: a retry needs a server that has them
-                    assert conn.transport is not None
-                    wire_version = conn.transport.max_wire_version
-                    self.add_read_preference(command, preference, session)
-                    return self.send(conn, dbname, command, session, deadline)
-            except PyMongoError as error:
-                retries.label_write_error(error, wire_version)
-                # Unless the server answered, or nothing was sent, the server
-                # may still hold the session busy.
-                if not (isinstance(error, OperationFailure | NotPrimaryError)
-                        or retries.no_attempt_made(error)):
-                    dirty = True
-                raise
-            finally:
-                if conn is not None and conn.error is not None:
-                    dirty = True  # broken mid-command (a kill, an interruption)
-
         try:
             try:
-                return attempt()
+                return self._write_once(dbname, command, session, deadline, preference,
+                                        implicit, server)
             except PyMongoError as error:
                 if not error.has_error_label(retries.RETRYABLE_WRITE_ERROR):
                     raise
-                return self._retry(error, attempt, _labelled_retryable, deadline)
+                return self._retry(
+                    error, lambda: self._write_once(dbname, command, session, deadline,
+                                                    preference, implicit,
+                                                    self._select_for_retry(deadline)),
+                    _labelled_retryable, deadline)
         finally:
             if implicit is not None:
-                self.give_server_session(implicit, dirty)
+                self.give_server_session(implicit, implicit.dirty)
+
+    def _write_once(self, dbname: str, command: dict[str, Any], session: SessionLike | None,
+                    deadline: Deadline | None, preference: _ServerMode,
+                    implicit: ServerSession | None, server: ServerDescription
+                    ) -> dict[str, Any]:
+        """One attempt of a retryable write on ``server`` (as selected); its
+        errors labelled as the spec says, and the implicit server session
+        marked dirty unless the server answered or nothing was sent."""
+        try:
+            return self._command_once(dbname, command, session, deadline, preference)
+        except PyMongoError as error:
+            retries.label_write_error(error, server.max_wire_version)
+            if implicit is not None and not isinstance(
+                    error, OperationFailure | NotPrimaryError | ServerSelectionTimeoutError
+                    | WaitQueueTimeoutError):
+                implicit.dirty = True  # the server may still hold the session busy
+            raise
+        except BaseException:
+            if implicit is not None:
+                implicit.dirty = True  # killed: the command may be running still
+            raise
+
+    def _select_for_retry(self, deadline: Deadline | None) -> ServerDescription:
+        """The server for a retry of a write; a retry needs one that supports
+        retryable writes, else the previous error is the one to report."""
+        server = self.select(deadline)
+        if not server.retryable_writes_supported:
+            raise _Unsupported
+        return server
 
     def _retry(self, error: PyMongoError, again: Callable[[], R],
                retryable: Callable[[PyMongoError], bool], deadline: Deadline | None) -> R:
