@@ -114,6 +114,31 @@ def test_requested_checks_are_at_least_min_heartbeat_frequency_apart() -> None:
     assert min(gaps) >= MIN_HEARTBEAT_FREQUENCY - 0.02, gaps
 
 
+def test_closing_ends_every_selection_at_once() -> None:
+    """Selections waiting round after round end when the client closes, not at their
+    timeout; also when the close comes after a failed check has woken them for their
+    next round and before they ran (here: a close started from the check's event)."""
+
+    class CloseAfterAFailedCheck(_m.ServerHeartbeatListener):
+        started = succeeded = lambda self, event: None
+
+        def failed(self, event: Any) -> None:
+            if not closing:
+                closing.append(gevent.spawn(client.close))  # runs before the waiters
+
+    closing: list[gevent.Greenlet] = []
+    with FakeServer() as fake:
+        host, port = fake.address
+    client = Client(f"mongodb://{host}:{port}/?serverSelectionTimeoutMS=10000",
+                    event_listeners=[CloseAfterAFailedCheck()])
+    started = time.monotonic()
+    waiters = [gevent.spawn(client.topology.select) for _ in range(10)]
+    gevent.joinall(waiters, timeout=5)
+    assert closing and time.monotonic() - started < 2
+    assert all(isinstance(w.exception, ServerSelectionTimeoutError) for w in waiters)
+    assert all("closed" in str(w.exception) for w in waiters)
+
+
 # -- a stepdown ----------------------------------------------------------------------------
 
 

@@ -175,6 +175,9 @@ class Topology:
         by minHeartbeatFrequencyMS)."""
         expires = time.monotonic() + limit
         while True:
+            if self._closed:  # closed while this waiter was being woken
+                raise ServerSelectionTimeoutError(
+                    f"{format_address(self.address)}: the client was closed")
             if self.monitor is not None:
                 self.monitor.request_check()
             try:
