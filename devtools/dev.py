@@ -4,6 +4,7 @@
     python3 devtools/dev.py demo    # the main job: a demo (see README.rst)
     python3 devtools/dev.py test    # ruff, mypy --strict, the whole test suite
     python3 devtools/dev.py bench   # the benchmarks (not part of the tests); --quick
+    python3 devtools/dev.py faults  # restarts, partitions, stepdowns per route (not a test)
     python3 devtools/dev.py pymongo-suite [VERSION]  # PyMongo's own tests, stock vs greenpool
     python3 devtools/dev.py cooperative   # the hub-block test, slow servers, its table
     python3 devtools/dev.py drift   # the suite on the newest versions allowed, vs the lock
@@ -140,6 +141,11 @@ def bench(args: list[str]) -> None:
     run(python, "benchmarks/bench.py", *args)
 
 
+def faults(args: list[str]) -> None:
+    """The fault benchmark (benchmarks/bench_faults.py; --help)."""
+    run(PYTHON, "benchmarks/bench_faults.py", *args)
+
+
 def pymongo_suite(args: list[str]) -> None:
     """PyMongo's test suite on both routes (devtools/pymongo_suite.py; --help)."""
     run(PYTHON, "devtools/pymongo_suite.py", *args)
@@ -258,8 +264,8 @@ def pymongo_releases_beyond_matrix(python: Path) -> list[str]:
     return found
 
 
-JOBS = {"bench": bench, "cooperative": cooperative, "demo": demo, "drift": drift, "lock": lock,
-        "pymongo-suite": pymongo_suite, "test": test}
+JOBS = {"bench": bench, "cooperative": cooperative, "demo": demo, "drift": drift,
+        "faults": faults, "lock": lock, "pymongo-suite": pymongo_suite, "test": test}
 
 
 def main() -> None:
