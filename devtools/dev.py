@@ -59,7 +59,8 @@ URI_TESTS = ("tests/test_uri.py", "tests/test_uri_options.py")
 BASE_TESTS = ("tests/test_client.py", "tests/test_pool.py", "tests/test_cmap_spec.py",
               "tests/test_read_preference.py", "tests/test_timeouts.py", "tests/test_csot_spec.py",
               "tests/test_hostile.py", "tests/test_metrics.py", "tests/test_sdam_logging.py",
-              "tests/test_lb_audit.py", "tests/test_uri_options.py", "tests/test_cmap_logging.py")
+              "tests/test_lb_audit.py", "tests/test_cmap_logging.py", "tests/test_retries.py",
+              "tests/test_client_retries.py", "tests/test_dns.py")
 # The latest patch of every PyMongo minor release greenpool.pymongo supports
 # (greenpool.pymongo.SUPPORTED_PYMONGO; tests/test_pymongo_pool.py checks they agree).
 PYMONGO_MATRIX = ("4.9.2", "4.10.1", "4.11.3", "4.12.1", "4.13.2", "4.14.1", "4.15.5",
