@@ -59,7 +59,7 @@ def test_sdist_contents(dists: tuple[Path, Path]) -> None:
         names = set(archive.getnames())
     for name in ("README.rst", "CHANGELOG.rst", "setup.cfg", "pyproject.toml",
                  "greenpool/__init__.py", "greenpool/_version.py", "greenpool/py.typed",
-                 "greenpool/tools/check.py", "docs/conf.py", "docs/index.rst"):
+                 "greenpool/cli/check.py", "docs/conf.py", "docs/index.rst"):
         assert f"{top}/{name}" in names, name
 
 
@@ -89,7 +89,7 @@ def test_wheel_installs_and_runs(dists: tuple[Path, Path],
     version, location = out.split()
     assert version == __version__
     assert location.startswith(str(env))
-    out = _run(python, "-m", "greenpool.tools.demo", "--greenlets", "20", "--operations", "2",
+    out = _run(python, "-m", "greenpool.cli.demo", "--greenlets", "20", "--operations", "2",
                cwd=tmp_path)
     assert "ConnectionCheckedOutEvent" in out
     out = _run(python, "-m", "greenpool", "--help", cwd=tmp_path)

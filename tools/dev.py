@@ -90,7 +90,7 @@ def overlay(version: str) -> Path:
 
 
 def demo(args: list[str]) -> None:
-    run(PYTHON, "-m", "greenpool.tools.demo", *args)
+    run(PYTHON, "-m", "greenpool.cli.demo", *args)
 
 
 def test(args: list[str]) -> None:
