@@ -43,8 +43,11 @@ UWSGI = Path(sys.executable).parent / "uwsgi"  # the pyuwsgi wheel's, in this en
 WORKERS = 2  # uwsgi.ini's processes
 REQUESTS = 600
 CONCURRENCY = 50
-# "Within a few seconds": uWSGI's master looks at its workers once a second.
-STOP_LIMIT = 6.0
+# "Within a few seconds" (uWSGI's master looks at its workers once a second), far below
+# the 30 s worker-reload-mercy of uwsgi.ini that a worker whose hub never ends runs into.
+# A reload also re-executes the master, which imports the app again.
+SHUTDOWN_LIMIT = 5.0
+RELOAD_LIMIT = 10.0
 POOLS = {"client": "Pool", "pymongo": "GreenPool"}
 
 
@@ -203,5 +206,5 @@ def test_uwsgi_gevent_loop_forks_reloads_and_stops(route: str, mongodb_uri: str,
           f"({len(during)} across the reload); reload {reload_seconds:.2f} s; "
           f"shutdown {shutdown_seconds:.2f} s (started {shutdown_started - reload_started:.1f} s "
           f"after the reload)")
-    assert reload_seconds < STOP_LIMIT, f"reload took {reload_seconds:.1f} s"
-    assert shutdown_seconds < STOP_LIMIT, f"shutdown took {shutdown_seconds:.1f} s"
+    assert reload_seconds < RELOAD_LIMIT, f"reload took {reload_seconds:.1f} s"
+    assert shutdown_seconds < SHUTDOWN_LIMIT, f"shutdown took {shutdown_seconds:.1f} s"
