@@ -1,6 +1,6 @@
 """greenpool against PyMongo under gevent, and against a no-pool floor.
 
-    python3 tools/dev.py bench [--quick] [--png waits.png] [--uri URI]
+    python3 devtools/dev.py bench [--quick] [--png waits.png] [--uri URI]
 
 The plot goes to ``--png``, by default ``benchmarks/results/bench-waits.png`` (ignored by git).
 

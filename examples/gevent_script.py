@@ -2,7 +2,7 @@
 
     .venv/bin/python examples/gevent_script.py [MONGODB_URI]
 
-(From a clone, after ``python3 tools/dev.py demo`` or ``test`` made ``.venv``;
+(From a clone, after ``python3 devtools/dev.py demo`` or ``test`` made ``.venv``;
 the system's python has no gevent.)
 
 Without a URI it starts an embedded SecantusDB on 127.0.0.1 for the run.

@@ -2,7 +2,7 @@
 
     .venv/bin/python examples/log_messages.py [MONGODB_URI]
 
-(From a clone, after ``python3 tools/dev.py demo`` or ``test`` made ``.venv``.)
+(From a clone, after ``python3 devtools/dev.py demo`` or ``test`` made ``.venv``.)
 
 greenpool logs each pool event at DEBUG on the ``greenpool.connection``
 logger. The message is readable text; ``record.structured`` holds the

@@ -2,7 +2,7 @@
 
     .venv/bin/python examples/wsgi_server.py [MONGODB_URI] [PORT]
 
-(From a clone, after ``python3 tools/dev.py demo`` or ``test`` made ``.venv``.)
+(From a clone, after ``python3 devtools/dev.py demo`` or ``test`` made ``.venv``.)
 
 Without a URI it starts an embedded SecantusDB on 127.0.0.1; the port
 defaults to 8080 (0 picks a free one); Ctrl-C stops it quietly. ``GET /visits`` records a visit and

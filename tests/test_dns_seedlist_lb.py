@@ -1,7 +1,7 @@
 """The Initial DNS Seedlist Discovery spec's load-balanced tests, on a DNS stub.
 
 dnspython answers from the zone in the seedlist README (tests/uri_dns.py), so
-PyMongo's SRV and TXT code runs as it would against a name server. For each
+greenpool's SRV and TXT code runs as it would against a name server. For each
 file: parsing succeeds with the file's seeds and options, or fails with the
 reason its comment gives. The hosts after discovery are the seeds: a
 load-balanced topology is its one seed. The ping needs a load balancer and is
@@ -26,7 +26,7 @@ TESTS = seedlist_tests("load-balanced")
 WHY = {
     "loadBalanced-no-results": "does not exist",
     "loadBalanced-replicaSet-errors": "replicaSet",
-    "loadBalanced-true-multiple-hosts": "multiple hosts",
+    "loadBalanced-true-multiple-hosts": "allows one host",
     "srvMaxHosts-conflicts_with_loadBalanced-true": "srvMaxHosts",
     "srvMaxHosts-conflicts_with_loadBalanced-true-txt": "srvMaxHosts",
 }

@@ -101,11 +101,20 @@ PARENT = textwrap.dedent("""
 """)
 
 
+def interruptible() -> None:
+    """Run in the child before it starts: SIGINT as a terminal's Ctrl-C finds it.
+
+    A shell that starts the test run in the background sets SIGINT to ignored, and
+    children inherit that; Python then installs no KeyboardInterrupt handler."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL, signal.SIGINT],
                          ids=["SIGTERM", "SIGKILL", "SIGINT"])
 def test_no_server_outlives_its_parent(signum: int) -> None:
     parent = subprocess.Popen([sys.executable, "-c", PARENT], cwd=ROOT,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              preexec_fn=interruptible)
     try:
         assert parent.stdout is not None
         pid_text, directory = parent.stdout.readline().split()
@@ -147,7 +156,7 @@ def test_wsgi_example_leaves_no_server(signum: int) -> None:
     no server behind, a Ctrl-C (SIGINT) ends it quietly too."""
     example = subprocess.Popen(
         [sys.executable, str(ROOT / "examples" / "wsgi_server.py"), "", "0"], cwd=ROOT,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=interruptible)
     try:
         assert example.stdout is not None
         assert "serving on" in example.stdout.readline()

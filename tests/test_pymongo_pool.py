@@ -72,7 +72,7 @@ def test_installed_pymongo_is_in_the_declared_range() -> None:
 
 
 def test_the_test_command_covers_every_supported_minor_release() -> None:
-    spec = importlib.util.spec_from_file_location("dev", ROOT / "tools" / "dev.py")
+    spec = importlib.util.spec_from_file_location("dev", ROOT / "devtools" / "dev.py")
     assert spec is not None and spec.loader is not None
     dev = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(dev)

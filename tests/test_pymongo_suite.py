@@ -1,8 +1,8 @@
-"""tools/pymongo_suite.py: PyMongo's own tests with its stock pools and with greenpool's.
+"""devtools/pymongo_suite.py: PyMongo's own tests with its stock pools and with greenpool's.
 
 The fast subset (PyMongo's CMAP runner, test_connection_monitoring.py, and
 test_pooling.py, on the PyMongo installed here, against a one-node replica set) runs
-through the tool exactly as ``python3 tools/dev.py pymongo-suite`` does; parity is
+through the tool exactly as ``python3 devtools/dev.py pymongo-suite`` does; parity is
 judged from the outcomes the pytest processes reported. The full tables are in
 docs/pymongo-suite.rst.
 """
@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tools import pymongo_suite
+from devtools import pymongo_suite
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST_MODULES = ("test_connection_monitoring.py", "test_pooling.py")
@@ -93,7 +93,7 @@ def test_suite_requirements_come_from_the_sdist_with_caps_for_old_suites(
 ])
 def test_bad_options_are_refused_by_name(option: str, value: str, named: str) -> None:
     done = subprocess.run(
-        [sys.executable, "tools/pymongo_suite.py", option, value], cwd=ROOT,
+        [sys.executable, "devtools/pymongo_suite.py", option, value], cwd=ROOT,
         capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert named in done.stderr
@@ -103,7 +103,7 @@ def test_bad_options_are_refused_by_name(option: str, value: str, named: str) ->
 def test_cmap_runner_and_pooling_tests_have_parity(tmp_path: Path) -> None:
     outcomes_file = tmp_path / "outcomes.json"
     done = subprocess.run(
-        [sys.executable, "tools/pymongo_suite.py", "--modes", "rs",
+        [sys.executable, "devtools/pymongo_suite.py", "--modes", "rs",
          "--modules", ",".join(FAST_MODULES), "--json", str(outcomes_file)],
         cwd=ROOT, capture_output=True, text=True, timeout=1100)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]

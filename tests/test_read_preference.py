@@ -119,7 +119,9 @@ def test_accepted_forms() -> None:
     "readPreferenceTags=dc:ny", "maxStalenessSeconds=120",
     "readPreference=primary&readPreferenceTags=dc:ny"])
 def test_the_uri_refuses_primary_with_tags_or_staleness(query: str) -> None:
-    with pytest.raises(ConfigurationError, match="primary cannot be combined"):
+    with pytest.raises(ConfigurationError, match=r"^readPreference=primary takes no "
+                       r"(readPreferenceTags|maxStalenessSeconds=120): a primary is chosen by "
+                       r"its role alone; use primaryPreferred or another mode to pass them$"):
         parse_uri(f"mongodb://h/?{query}")
 
 

@@ -4,6 +4,8 @@ messages, load-balancer validation and the TLS context."""
 from __future__ import annotations
 
 import doctest
+import errno
+import os
 import ssl
 import traceback
 import warnings
@@ -13,6 +15,8 @@ from typing import Any
 from urllib.parse import quote
 
 import dns.exception
+import dns.name
+import dns.rdatatype
 import gevent
 import pytest
 from pymongo import errors as pymongo_errors
@@ -332,14 +336,15 @@ def test_concurrent_srv_parses_keep_their_warnings_apart(
 
 
 @pytest.mark.parametrize(("uri", "words"), [
-    ("mongodb://a,b/?loadBalanced=true", ["multiple hosts", "loadBalanced=true"]),
+    ("mongodb://a,b/?loadBalanced=true", ["allows one host", "names 2: a:27017,b:27017"]),
     ("mongodb://a/?loadBalanced=true&replicaSet=rs", ["replicaSet", "loadBalanced=true"]),
     ("mongodb://a/?loadBalanced=true&directConnection=true",
      ["directConnection=true", "loadBalanced=true"]),
     ("mongodb+srv://test3.test.build.10gen.cc/?loadBalanced=true&srvMaxHosts=1",
      ["loadBalanced", "srvMaxHosts"]),
     # The conflict comes from DNS: the message says where to look.
-    ("mongodb+srv://test1.test.build.10gen.cc/?loadBalanced=true", ["multiple hosts", "SRV"]),
+    ("mongodb+srv://test1.test.build.10gen.cc/?loadBalanced=true",
+     ["allows one host", "SRV records give 2"]),
     ("mongodb+srv://test24.test.build.10gen.cc/?replicaSet=rs", ["replicaSet", "TXT record"]),
 ])
 def test_load_balancer_uri_validation(uri: str, words: list[str]) -> None:
@@ -358,7 +363,8 @@ def test_load_balanced() -> None:
 
 
 def test_a_malformed_uri_is_also_pymongos_invalid_uri() -> None:
-    with pytest.raises(InvalidURIError, match="Invalid URI scheme") as failure:
+    with pytest.raises(InvalidURIError, match="^a connection string must start with mongodb:// "
+                       r"or mongodb\+srv://, not 'postgres://'$") as failure:
         parse_uri("postgres://h")
     assert isinstance(failure.value, pymongo_errors.InvalidURI)
     assert isinstance(failure.value, ConfigurationError)
@@ -374,10 +380,36 @@ def test_pool_option_conflicts_name_both_values() -> None:
         parse_uri("mongodb://h/?minPoolSize=9&maxPoolSize=3")
 
 
-def test_an_unreadable_tls_file_is_named() -> None:
-    with pytest.raises(ConfigurationError,
-                       match=r"tlsCAFile='/no/such/ca.pem'.*No such file or directory"):
-        parse_uri("mongodb://h/?tlsCAFile=/no/such/ca.pem")
+@pytest.mark.parametrize("name", ["tlsCAFile", "tlsCertificateKeyFile", "tlsCRLFile",
+                                  "TLSCAFILE"])
+def test_a_missing_tls_file_is_named(name: str) -> None:
+    with pytest.raises(ConfigurationError) as failure:
+        parse_uri(f"mongodb://h/?{name}=/no/such/ca.pem")
+    assert str(failure.value) == (
+        f"connection string option {name}='/no/such/ca.pem': cannot read the file: "
+        "no such file (No such file or directory)")
+
+
+def test_a_tls_file_that_is_a_directory_is_named(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError) as failure:
+        parse_uri(f"mongodb://h/?tlsCAFile={option(tmp_path)}")
+    assert str(failure.value) == (
+        f"connection string option tlsCAFile='{tmp_path}': cannot read the file: "
+        "it is a directory")
+
+
+def test_an_unreadable_tls_file_is_named(pki: Pki, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The tests may run as root, whom file modes do not stop: the operating
+    # system's refusal is played by os.open.
+    def refuse(path: str, flags: int) -> int:
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), path)
+
+    monkeypatch.setattr(greenpool.client.uri.os, "open", refuse)
+    with pytest.raises(ConfigurationError) as failure:
+        parse_uri(f"mongodb://h/?tlsCertificateKeyFile={option(pki.client_file)}")
+    assert str(failure.value) == (
+        f"connection string option tlsCertificateKeyFile='{pki.client_file}': cannot read "
+        "the file: permission denied (Permission denied)")
 
 
 @needs_zone
@@ -491,3 +523,238 @@ def test_a_tls_file_that_is_not_pem_is_named(copied_ca: Path) -> None:
     settings = parse_quietly(f"mongodb://h/?tlsCAFile={option(copied_ca)}")
     with pytest.raises(ConfigurationError, match=f"tlsCAFile '{copied_ca}' could not be loaded"):
         settings.ssl_context()
+
+
+# --- every option's bad value, in greenpool's words ---------------------------------
+
+# A bad value of each option greenpool knows: (value, as the message quotes it, what
+# the message says is accepted). Options that take any value are None.
+MILLISECONDS = "expected a number of milliseconds >= 0"
+BOOLEAN = "expected true or false"
+BAD_VALUES: dict[str, tuple[str, str, str] | None] = {
+    "maxPoolSize": ("-1", "'-1'", "expected a whole number >= 0"),
+    "minPoolSize": ("x", "'x'", "expected a whole number >= 0"),
+    "maxConnecting": ("0", "'0'", "expected a whole number >= 1"),
+    "maxIdleTimeMS": ("soon", "'soon'", f"{MILLISECONDS} (0: never idle)"),
+    "waitQueueTimeoutMS": ("-1", "'-1'", f"{MILLISECONDS} (0: no limit)"),
+    "timeoutMS": ("inf", "'inf'", f"{MILLISECONDS} (0: no limit)"),
+    "connectTimeoutMS": ("nan", "'nan'", f"{MILLISECONDS} (0: no limit)"),
+    "socketTimeoutMS": ("-2", "'-2'", f"{MILLISECONDS} (0: no limit)"),
+    "serverSelectionTimeoutMS": ("1e400", "'1e400'", MILLISECONDS),
+    "heartbeatFrequencyMS": ("499", "'499'", "expected a number of milliseconds >= 500"),
+    "localThresholdMS": ("-1", "'-1'", MILLISECONDS),
+    "directConnection": ("yes", "'yes'", BOOLEAN),
+    "loadBalanced": ("1", "'1'", BOOLEAN),
+    "retryReads": ("TRUE", "'TRUE'", BOOLEAN),
+    "retryWrites": ("no", "'no'", BOOLEAN),
+    "journal": ("maybe", "'maybe'", BOOLEAN),
+    "tls": ("on", "'on'", BOOLEAN),
+    "ssl": ("1", "'1'", BOOLEAN),
+    "tlsInsecure": ("y", "'y'", BOOLEAN),
+    "tlsAllowInvalidCertificates": ("t", "'t'", BOOLEAN),
+    "tlsAllowInvalidHostnames": ("False", "'False'", BOOLEAN),
+    "tlsDisableOCSPEndpointCheck": ("0", "'0'", BOOLEAN),
+    "tlsDisableCertificateRevocationCheck": ("x", "'x'", BOOLEAN),
+    "replicaSet": ("", "''", "expected a replica set name, not nothing"),
+    "srvMaxHosts": ("-1", "'-1'", "expected a whole number >= 0"),
+    "srvServiceName": ("", "''", "expected a service name, not nothing"),
+    "serverMonitoringMode": ("push", "'push'", "expected one of auto, stream, poll"),
+    "appName": ("é" * 65, repr("é" * 65), "expected at most 128 bytes of UTF-8, not 130"),
+    "compressors": ("brotli", "'brotli'",
+                    "'brotli' is not a compressor (expected snappy, zlib, zstd, noop)"),
+    "zlibCompressionLevel": ("10", "'10'", "expected a whole number from -1 to 9"),
+    "readPreference": ("PRIMARY", "'PRIMARY'", "expected one of primary, primaryPreferred, "
+                       "secondary, secondaryPreferred, nearest"),
+    "readPreferenceTags": ("dc", "'dc'", "expected a tag set: name:value pairs separated by "
+                           "commas (dc:ny,rack:1), or nothing for any server"),
+    "maxStalenessSeconds": ("0", "'0'",
+                            "expected -1 (no maximum) or a positive whole number of seconds"),
+    "readConcernLevel": ("", "''", "expected a read concern level, not nothing"),
+    "w": ("-1", "'-1'", "expected a number of servers >= 0, majority, or a tag set's name"),
+    "wTimeoutMS": ("1.5", "'1.5'", "expected a whole number >= 0"),
+    "uuidRepresentation": ("java", "'java'", "expected one of unspecified, standard, "
+                           "pythonLegacy, javaLegacy, csharpLegacy"),
+    "authMechanism": ("SCRAM-SHA-512", "'SCRAM-SHA-512'", "expected one of DEFAULT, "
+                      "SCRAM-SHA-1, SCRAM-SHA-256, MONGODB-X509, GSSAPI, PLAIN, MONGODB-AWS, "
+                      "MONGODB-OIDC"),
+    "authSource": ("", "''", "expected a database name, not nothing"),
+    "authMechanismProperties": ("SERVICE_NAME:x,REALM:y", "'SERVICE_NAME:x,REALM:***'",
+                                "'REALM' is not a property (expected AWS_SESSION_TOKEN, "
+                                "CANONICALIZE_HOST_NAME, ENVIRONMENT, SERVICE_HOST, "
+                                "SERVICE_NAME, SERVICE_REALM, TOKEN_RESOURCE)"),
+    "tlsCAFile": ("/no/such.pem", "'/no/such.pem'",
+                  "cannot read the file: no such file (No such file or directory)"),
+    "tlsCertificateKeyFile": ("/no/such.pem", "'/no/such.pem'",
+                              "cannot read the file: no such file (No such file or directory)"),
+    "tlsCRLFile": ("/no/such.pem", "'/no/such.pem'",
+                   "cannot read the file: no such file (No such file or directory)"),
+    "tlsCertificateKeyFilePassword": None,
+}
+# A bad value of these raises: going on without it would connect differently.
+STRICT = {"authMechanism", "authSource", "authMechanismProperties", "tlsCAFile",
+          "tlsCertificateKeyFile", "tlsCRLFile"}
+
+
+def test_every_option_has_a_bad_value_here() -> None:
+    known = {option.name for option in greenpool.client.uri._OPTIONS.values()}
+    assert known == set(BAD_VALUES)
+
+
+@pytest.mark.parametrize("name", [name for name, bad in BAD_VALUES.items() if bad])
+@pytest.mark.parametrize("spelling", [str, str.upper], ids=["as-the-spec", "upper-case"])
+def test_a_bad_value_names_the_option_as_written_the_value_and_what_it_takes(
+    name: str, spelling: Any
+) -> None:
+    written = spelling(name)
+    value, quoted, accepted = BAD_VALUES[name]  # type: ignore[misc]
+    uri = f"mongodb://ann:pw@h/?{written}={quote(value, safe='')}"
+    if name in STRICT:
+        with pytest.raises(ConfigurationError) as failure:
+            parse_uri(uri)
+        assert str(failure.value) == f"connection string option {written}={quoted}: {accepted}"
+        return
+    assert warnings_of(uri) == [
+        f"connection string option {written}={quoted} is ignored: {accepted}"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert parse_uri(uri) == parse_quietly("mongodb://ann:pw@h/")
+
+
+def test_a_list_with_one_bad_item_keeps_the_others() -> None:
+    uri = "mongodb://h/?compressors=zlib,brotli,snappy"
+    assert warnings_of(uri) == [
+        "connection string option compressors='zlib,brotli,snappy': 'brotli' is not a "
+        "compressor (expected snappy, zlib, zstd, noop); the others are used"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert parse_uri(uri).compressors == ("zlib", "snappy")
+
+
+def test_a_repeated_option_is_warned_about_once_and_the_last_counts() -> None:
+    uri = "mongodb://h/?w=1&w=2&W=majority"
+    assert warnings_of(uri) == [
+        "connection string option w is given 3 times; the last, W='majority', is used"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert parse_uri(uri).extra["w"] == "majority"
+
+
+def test_read_preference_tags_list_in_order_with_the_empty_set() -> None:
+    settings = parse_quietly("mongodb://h/?readPreference=nearest&readPreferenceTags=dc:ny,rack:1"
+                             "&readPreferenceTags=")
+    assert [dict(tags) for tags in settings.read_preference_tags] == [
+        {"dc": "ny", "rack": "1"}, {}]
+    assert settings.read_preference_object().document == {
+        "mode": "nearest", "tags": [{"dc": "ny", "rack": "1"}, {}]}
+
+
+@pytest.mark.parametrize(("uri", "message"), [
+    ("mongodb://h/?maxPoolSize", "option 'maxPoolSize' in the connection string has no value: "
+     "write maxPoolSize=<value>"),
+    ("mongodb://h/?maxPoolSize=5&&minPoolSize=1", "the connection string has an empty option "
+     "(two separators in a row, or one at the end)"),
+    ("mongodb://h/?appName=a=b", "option 'appName' in the connection string has more than "
+     "one '=': percent-encode '=' in a value as %3D"),
+    ("mongodb://h/?w=1;appName=x&journal=true", "the connection string separates its options "
+     "with both '&' and ';': use one"),
+    ("mongodb://", "the connection string names no host"),
+    ("mongodb://h,,i", "the host list 'h,,i' has an empty host (an extra comma?)"),
+    ("mongodb://h:0", "not a server address: 'h:0' (bad port '0'); a password's ':', '/' or "
+     "'?' must be percent-encoded"),
+    ("mongodb://::1", "not a server address: '::1' (IPv6 hosts need [brackets]); a password's "
+     "':', '/' or '?' must be percent-encoded"),
+    ("mongodb://h/shop.orders", "database name 'shop.orders' holds '.', which a database name "
+     "cannot"),
+    ("mongodb://h/a/b", "a connection string may hold one '/' after the hosts, before the "
+     "database; percent-encode '/' in a Unix domain socket path (%2F) or a password"),
+    ("mongodb://:pw@h", "the connection string has user information ('...@') but no user name"),
+    ("mongodb+srv://h1,h2/", "a mongodb+srv:// connection string names one host, not 2: h1,h2"),
+    ("mongodb+srv://h:27017/", "a mongodb+srv:// host takes no port (the SRV records give it): "
+     "h:27017"),
+    ("mongodb://h/?ssl=true&tls=false", "tls=false and ssl=true conflict (ssl is another name "
+     "for tls)"),
+    ("mongodb://h/?tlsInsecure=true&tlsAllowInvalidHostnames=false", "tlsInsecure=true and "
+     "tlsAllowInvalidHostnames=false cannot both be given: tlsInsecure decides what "
+     "tlsAllowInvalidHostnames would"),
+    ("mongodb://h/?srvServiceName=db", "srvServiceName=db is only for mongodb+srv:// "
+     "connection strings"),
+    ("mongodb://h/?readPreference=primary&maxStalenessSeconds=120", "readPreference=primary "
+     "takes no maxStalenessSeconds=120: a primary is chosen by its role alone; use "
+     "primaryPreferred or another mode to pass them"),
+    ("mongodb://ann:pw@h/?authMechanism=MONGODB-X509", "authMechanism=MONGODB-X509 takes no "
+     "password"),
+])
+def test_malformed_connection_strings_say_what_is_wrong(uri: str, message: str) -> None:
+    with pytest.raises(ConfigurationError) as failure:
+        parse_uri(uri)
+    assert str(failure.value) == message
+
+
+# --- redaction ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("uri", "shown"), [
+    # An '@' in an option value is not the end of a password.
+    ("mongodb://db:27017/?appName=shop@eu", "mongodb://db:27017/?appName=shop@eu"),
+    ("mongodb://a:1,b:2/?appName=x@y&w=1", "mongodb://a:1,b:2/?appName=x@y&w=1"),
+    ("mongodb://[::1]:27017/?appName=x@y", "mongodb://[::1]:27017/?appName=x@y"),
+    ("mongodb://ann:pw@db/?appName=shop@eu", "mongodb://ann:***@db/?appName=shop@eu"),
+    # A password with an unescaped '/' or '?' is still found.
+    ("mongodb://ann:S3cr3t/Pa55@db/?appName=x@y", "mongodb://ann:***@db/?appName=x@y"),
+    ("mongodb://ann:S3cr3t?Pa55@db", "mongodb://ann:***@db"),
+])
+def test_redact_uri(uri: str, shown: str) -> None:
+    assert greenpool.client.uri.redact_uri(uri) == shown
+
+
+def test_an_at_sign_in_an_option_value_is_no_secret() -> None:
+    assert greenpool.client.uri.uri_secrets("mongodb://db:27017/?appName=27017@eu") == ()
+
+
+# --- the seedlist rules (the Initial DNS Seedlist Discovery spec's prose tests) ------
+
+
+def srv_zone(host: str, target: str) -> dict[Any, list[str]]:
+    return {(dns.name.from_text(f"_mongodb._tcp.{host}"), dns.rdatatype.SRV):
+            [f"0 0 27017 {target}."]}
+
+
+@pytest.mark.parametrize(("host", "target"), [
+    ("localhost", "test_1.localhost"),
+    ("mongo.local", "test_1.mongo.local"),
+])
+def test_an_srv_host_of_fewer_than_three_parts_is_allowed(
+    monkeypatch: pytest.MonkeyPatch, host: str, target: str
+) -> None:
+    install_stub(monkeypatch, srv_zone(host, target))
+    assert parse_quietly(f"mongodb+srv://{host}").hosts == ((target, 27017),)
+
+
+@pytest.mark.parametrize(("host", "target", "domain"), [
+    # 2. not in the SRV host's domain
+    ("localhost", "localhost.mongodb", "localhost"),
+    ("mongo.local", "test_1.evil.local", "mongo.local"),
+    ("blogs.mongodb.com", "blogs.evil.com", "mongodb.com"),
+    # 3. the SRV host itself
+    ("localhost", "localhost", "localhost"),
+    ("mongo.local", "mongo.local", "mongo.local"),
+    # 4. the domain without the '.' before it
+    ("localhost", "test_1.cluster_1localhost", "localhost"),
+    ("mongo.local", "test_1.my_hostmongo.local", "mongo.local"),
+    ("blogs.mongodb.com", "cluster.testmongodb.com", "mongodb.com"),
+])
+def test_an_srv_target_outside_the_hosts_domain_is_refused(
+    monkeypatch: pytest.MonkeyPatch, host: str, target: str, domain: str
+) -> None:
+    install_stub(monkeypatch, srv_zone(host, target))
+    with pytest.raises(ConfigurationError) as failure:
+        parse_uri(f"mongodb+srv://{host}")
+    assert str(failure.value) == (
+        f"the SRV record of {host} points to {target}, which is not in {host}'s domain "
+        f"({domain}); a mongodb+srv:// host's servers must be")
+
+
+def test_an_srv_host_of_three_parts_may_point_to_itself(monkeypatch: pytest.MonkeyPatch) -> None:
+    install_stub(monkeypatch, srv_zone("blogs.mongodb.com", "blogs.mongodb.com"))
+    assert parse_quietly("mongodb+srv://blogs.mongodb.com").hosts == (
+        ("blogs.mongodb.com", 27017),)

@@ -1,6 +1,5 @@
-"""The URI Options spec tests: all of connection-pool-options.json and
-read-preference-options.json, and the loadBalanced and timeoutMS cases of
-connection-options.json and srv-options.json.
+"""The URI Options spec tests: every case of connection-options.json,
+connection-pool-options.json, read-preference-options.json and srv-options.json.
 
 Test ids are the spec's descriptions. The mongodb+srv:// cases resolve their
 hosts through the DNS stub (the seedlist README's zone), never real DNS.
@@ -18,18 +17,12 @@ from greenpool.client.uri import parse_uri
 from tests.uri_dns import install_stub, seedlist_zone
 from tests.uri_spec import MISSING, assert_options, query_options, uri_options_tests
 
-POOL = uri_options_tests("connection-pool-options.json")
-READ_PREFERENCE = uri_options_tests("read-preference-options.json")
-LOAD_BALANCED = [
-    test
-    for file_name in ("connection-options.json", "srv-options.json")
-    for test in uri_options_tests(file_name)
-    if "loadbalanced" in test["uri"].lower()
-]
+FILES = ("connection-options.json", "connection-pool-options.json",
+         "read-preference-options.json", "srv-options.json")
+CASES = [test for file_name in FILES for test in uri_options_tests(file_name)]
 # The cases that give timeoutMS (the CSOT spec's option).
 TIMEOUT_MS = [
-    test
-    for test in uri_options_tests("connection-options.json")
+    test for test in CASES
     if any(name.lower() == "timeoutms" for name, _ in query_options(test["uri"]))
 ]
 
@@ -39,32 +32,19 @@ def _stub_dns(monkeypatch: pytest.MonkeyPatch) -> None:
     install_stub(monkeypatch, seedlist_zone())
 
 
-@pytest.mark.skipif(not POOL, reason=MISSING)
+@pytest.mark.skipif(not CASES, reason=MISSING)
 def test_spec_files_are_present() -> None:
     """One visible skip when the spec files are missing; never a silent pass."""
-    assert (len(POOL), len(READ_PREFERENCE), len(LOAD_BALANCED), len(TIMEOUT_MS)) == (7, 6, 10, 4)
+    assert (len(CASES), len(TIMEOUT_MS)) == (51, 4)
 
 
-@pytest.mark.parametrize("test", POOL, ids=[test["description"] for test in POOL])
-def test_connection_pool_options(test: dict[str, Any]) -> None:
-    run_case(test)
-
-
-@pytest.mark.parametrize("test", READ_PREFERENCE,
-                         ids=[test["description"] for test in READ_PREFERENCE])
-def test_read_preference_options(test: dict[str, Any]) -> None:
-    run_case(test)
-
-
-@pytest.mark.parametrize("test", LOAD_BALANCED,
-                         ids=[test["description"] for test in LOAD_BALANCED])
-def test_load_balanced_options(test: dict[str, Any]) -> None:
+@pytest.mark.parametrize("test", CASES, ids=[test["description"] for test in CASES])
+def test_uri_options(test: dict[str, Any]) -> None:
     run_case(test)
 
 
 @pytest.mark.parametrize("test", TIMEOUT_MS, ids=[test["description"] for test in TIMEOUT_MS])
 def test_timeout_ms_options(test: dict[str, Any]) -> None:
-    run_case(test)
     if test["warning"]:
         # Warned about, then ignored: no limit from it, not a default.
         with warnings.catch_warnings():

@@ -2,8 +2,8 @@
 
 The zone is the one the Initial DNS Seedlist Discovery spec tests were
 written against: the record table in that spec's tests/README.md. The stub
-replaces ``dns.resolver.resolve``, which PyMongo's SRV resolver calls, so
-PyMongo's own code runs on real dnspython answers; any other way into
+replaces ``dns.resolver.resolve``, which :mod:`greenpool.client.dns` calls, so
+greenpool's own code runs on real dnspython answers; any other way into
 dnspython's resolver fails the test, so no test ever queries real DNS.
 """
 
@@ -83,8 +83,8 @@ def forbid_real_dns(monkeypatch: pytest.MonkeyPatch) -> None:
     """Fail the test on any query that would reach a name server."""
 
     def refuse(*args: Any, **kwargs: Any) -> Any:
-        # pytest.fail raises a BaseException: PyMongo's "except Exception"
-        # around its lookups cannot turn it into a ConfigurationError.
+        # pytest.fail raises a BaseException: no "except Exception" around
+        # a lookup can turn it into a ConfigurationError.
         pytest.fail(f"a test tried a real DNS query: {args[1:]}")
 
     monkeypatch.setattr(dns.resolver.Resolver, "resolve", refuse)

@@ -33,6 +33,7 @@ SETTING: dict[str, Callable[[ClientSettings], Any]] = {
     "loadbalanced": lambda s: s.load_balanced,
     "directconnection": lambda s: s.direct_connection,
     "srvmaxhosts": lambda s: s.srv_max_hosts,
+    "srvservicename": lambda s: s.srv_service_name,
     "ssl": lambda s: s.tls,
     "readpreference": lambda s: s.read_preference,
     "readpreferencetags": lambda s: [dict(tags) for tags in s.read_preference_tags],

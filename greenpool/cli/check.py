@@ -12,7 +12,7 @@ greenlets::
     $ python -m greenpool check "mongodb://app:secret@db.example.com/?tls=true"
 
 (``python`` being the environment greenpool is installed in: ``.venv/bin/python``
-in a clone set up by ``tools/dev.py``.)
+in a clone set up by ``devtools/dev.py``.)
 
 The connection string is printed with its password and other secrets (see
 :func:`greenpool.client.uri.redact_uri`) replaced by ``***``.
@@ -57,7 +57,8 @@ from pymongo import errors as _pymongo_errors
 
 from greenpool.address import format_address
 from greenpool.client.client import Client, link_options
-from greenpool.client.uri import Secret, parse_uri, redact_uri, uri_secrets
+from greenpool.client.settings import Secret
+from greenpool.client.uri import parse_uri, redact_uri, uri_secrets
 from greenpool.errors import AuthenticationError, ConfigurationError, NotMongoDBError
 from greenpool.pool.monitoring import EventCounter
 from greenpool.wire.link import Link

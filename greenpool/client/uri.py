@@ -1,4 +1,4 @@
-"""Connection strings: ``mongodb://`` and ``mongodb+srv://`` URIs.
+"""Connection strings: ``mongodb://`` and ``mongodb+srv://`` URIs, read top to bottom.
 
 :func:`parse_uri` turns a connection string into :class:`ClientSettings`:
 
@@ -8,48 +8,56 @@
 >>> settings.credentials.password
 Secret('***')
 
-PyMongo's URI parser does the parsing and the validation: case-insensitive
-option names, percent-decoding, conflicting options (the Load Balancer spec's
-URI validation among them) and, for ``mongodb+srv://``, the SRV and TXT
-lookups through dnspython (:mod:`greenpool.client.uriparser` runs it). This
-module turns its result into typed settings, keeps secrets out of every
-``repr()``, ``str()`` and message, and makes PyMongo's complaints greenpool's:
-errors are :class:`~greenpool.ConfigurationError`, and a warning about an
-ignored value names the option and the value as written.
+A connection string is read in this module's order:
 
-What lives here: the public face (:func:`parse_uri`, :func:`redact_uri`,
-:func:`uri_secrets`, :class:`InvalidURIError`), the settings types
-(:class:`ClientSettings`, :class:`Credentials`, :class:`Secret`), and turning
-PyMongo's validated options into them. What must not: running PyMongo's
-parser and its warnings (:mod:`greenpool.client.uriparser`), finding and
-hiding secrets in the string as written (:mod:`greenpool.client.uritext`),
-loading TLS files (:mod:`greenpool.client.tlscontext`), and anything that
-connects.
+1. its parts: scheme, user information, hosts, database, options (:func:`_split`);
+2. the user information, the hosts and the database;
+3. each option through the option table (:data:`_OPTIONS`), which converts the
+   value and says what it accepts. Option names are case-insensitive. A bad
+   value of a known option, and an unknown option, are warned about and
+   ignored, as the URI Options spec says; a bad credential or TLS file option
+   raises, since going on without it would connect differently;
+4. for ``mongodb+srv://``, the SRV and TXT records (looked up through
+   :mod:`greenpool.client.dns`) and the seedlist rules;
+5. the rules across options (:func:`_check_combinations`);
+6. the settings (:func:`_settings`).
+
+Then, at the bottom, redaction: :func:`redact_uri` and :func:`uri_secrets`.
+
+Every message is greenpool's own: it names the option as the user wrote it,
+the value (``maxIdleTimeMS='soon'``), and what is accepted; no message shows
+a password or another secret. Errors are :class:`~greenpool.ConfigurationError`
+(an :class:`InvalidURIError` when the string is not a well-formed connection
+string); warnings are :class:`UserWarning`, pointing at the caller.
+
+What lives here: parsing, validation with its messages, and redaction. What
+must not: the settings types (:mod:`greenpool.client.settings`; importable
+from here too, since a parse returns them), DNS queries themselves
+(:mod:`greenpool.client.dns`), loading TLS files into a context
+(:mod:`greenpool.client.tlscontext`), and anything that connects.
 """
 
 from __future__ import annotations
 
-import hmac
+import difflib
+import errno
+import math
 import os
-import ssl
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+import random
+import re
+import stat
+import warnings
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Final
+from typing import Any, Final, NoReturn
+from urllib.parse import unquote, unquote_plus
 
 from pymongo import errors as _pymongo_errors
-from pymongo.read_preferences import _ServerMode
 
-from greenpool.address import Address
-from greenpool.client import readpref
-from greenpool.client.tlscontext import tls_context
-from greenpool.client.uriparser import (
-    reemit,
-    run_pymongo_parser,
-    split_unknown_options,
-    warn_unknown,
-)
-from greenpool.client.uritext import WrittenURI, hide_secrets, looks_secret, secret_property
+from greenpool.address import Address, format_address, parse_address
+from greenpool.client import dns
+from greenpool.client.settings import DEFAULT_CONNECT_TIMEOUT, ClientSettings, Credentials, Secret
 from greenpool.errors import ConfigurationError
 from greenpool.pool.options import PoolOptions
 
@@ -58,30 +66,15 @@ __all__ = [
     "uri_secrets",
 ]
 
-#: connectTimeoutMS when the connection string gives none (the URI spec's 20 s).
-DEFAULT_CONNECT_TIMEOUT: Final = 20.0
-
-# Mechanisms whose users live outside MongoDB: their authSource is "$external".
-_EXTERNAL_MECHANISMS = frozenset({"GSSAPI", "MONGODB-X509", "MONGODB-AWS", "MONGODB-OIDC"})
-_PASSWORD_MECHANISMS = frozenset({"SCRAM-SHA-1", "SCRAM-SHA-256", "PLAIN"})
-
-# Options that turn TLS on when tls is not given (as PyMongo's client does), by
-# PyMongo's lower-case key, with the name a message shows.
-_TLS_IMPLYING = {
-    "tlscafile": "tlsCAFile",
-    "tlscertificatekeyfile": "tlsCertificateKeyFile",
-    "tlscertificatekeyfilepassword": "tlsCertificateKeyFilePassword",
-    "tlscrlfile": "tlsCRLFile",
-}
-
-# Pool options as PyMongo gives them; PoolOptions takes spec names in any case.
-_POOL_COUNTS = ("maxpoolsize", "minpoolsize", "maxconnecting", "loadbalanced")
-_POOL_DURATIONS = ("maxidletimems", "waitqueuetimeoutms")  # seconds from PyMongo, ms for us
-
-_SRV_HINT = (
-    " (for mongodb+srv:// the hosts come from DNS SRV records, and authSource,"
-    " replicaSet and loadBalanced may come from a TXT record)"
-)
+_SCHEMES: Final = ("mongodb://", "mongodb+srv://")
+# Characters a database name cannot hold.
+_BAD_DATABASE_CHARACTERS: Final = frozenset('/\\. "$')
+# Unknown options are warned about one by one up to this many, then in one
+# summary warning: a connection string with thousands of them (a generated
+# or hostile one) costs neither a warning nor a near-miss search for each.
+_UNKNOWN_OPTION_WARNINGS: Final = 20
+# The only options a TXT record may set (Initial DNS Seedlist Discovery).
+_TXT_OPTIONS: Final = frozenset({"authsource", "replicaset", "loadbalanced"})
 
 
 class InvalidURIError(ConfigurationError, _pymongo_errors.InvalidURI):
@@ -91,318 +84,737 @@ class InvalidURIError(ConfigurationError, _pymongo_errors.InvalidURI):
     """
 
 
-class Secret:
-    """A secret string (a password, a key's passphrase) that never shows itself.
-
-    ``repr()`` and ``str()`` give ``***``; :meth:`reveal` gives the value to
-    the code that needs it (authentication, loading a key).
-
-    >>> Secret("hunter2")
-    Secret('***')
-    >>> Secret("hunter2").reveal()
-    'hunter2'
-    """
-
-    __slots__ = ("_value",)
-
-    def __init__(self, value: str) -> None:
-        self._value = value
-
-    def reveal(self) -> str:
-        """The secret itself."""
-        return self._value
-
-    def __repr__(self) -> str:
-        return "Secret('***')"
-
-    def __str__(self) -> str:
-        return "***"
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Secret):
-            return NotImplemented
-        # No timing hint about how much of a secret matched.
-        return hmac.compare_digest(self._value.encode(), other._value.encode())
-
-    def __hash__(self) -> int:
-        return hash((Secret, self._value))
-
-
-@dataclass(frozen=True)
-class Credentials:
-    """Whom to authenticate as.
-
-    >>> parse_uri("mongodb://ann:pw@h/?authMechanism=SCRAM-SHA-256").credentials
-    Credentials(username='ann', password=Secret('***'), source='admin', \
-mechanism='SCRAM-SHA-256', mechanism_properties=mappingproxy({}))
-    """
-
-    #: None for mechanisms that need no user name (MONGODB-X509, MONGODB-AWS).
-    username: str | None
-    #: None when the connection string gives none (an empty one counts as none).
-    password: Secret | None = None
-    #: authSource: as given, else the URI's database, else "admin" ("$external"
-    #: for the mechanisms whose users live outside MongoDB, and for PLAIN).
-    source: str = "admin"
-    #: authMechanism; None means negotiate (SCRAM-SHA-256 or SCRAM-SHA-1).
-    mechanism: str | None = None
-    #: authMechanismProperties; secret values (AWS_SESSION_TOKEN) are Secrets.
-    mechanism_properties: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
-
-
-@dataclass(frozen=True)
-class ClientSettings:
-    """What a connection string configures: hosts, pool, connections, client.
-
-    Durations are in seconds, None meaning no limit. Build one with
-    :func:`parse_uri`, which validates; the constructor does not.
-
-    ``extra`` holds the options greenpool does not use (``w``,
-    ``readConcernLevel``, ``localThresholdMS``, ``uuidRepresentation``...) as
-    PyMongo validated them, keyed by lower-case option name since option names
-    are case-insensitive; it is there so nothing in a connection string is
-    silently lost.
-    """
-
-    hosts: tuple[Address, ...]
-    #: maxPoolSize, minPoolSize, maxIdleTimeMS, maxConnecting,
-    #: waitQueueTimeoutMS and loadBalanced.
-    pool: PoolOptions = field(default_factory=PoolOptions)
-    credentials: Credentials | None = None
-    #: The database in the URI's path (the default for authSource).
-    database: str | None = None
-    app_name: str | None = None
-    #: Compressors to offer, in order of preference (PyMongo drops unknown ones).
-    compressors: tuple[str, ...] = ()
-    zlib_compression_level: int = -1
-    connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT
-    socket_timeout: float | None = None
-    #: timeoutMS (CSOT) in seconds: None when not given, 0 for no limit.
-    timeout: float | None = None
-    tls: bool = False
-    tls_ca_file: str | None = None
-    tls_certificate_key_file: str | None = None
-    tls_certificate_key_file_password: Secret | None = None
-    tls_crl_file: str | None = None
-    #: Also true under tlsInsecure=true.
-    tls_allow_invalid_certificates: bool = False
-    #: Also true under tlsInsecure=true.
-    tls_allow_invalid_hostnames: bool = False
-    tls_insecure: bool = False
-    heartbeat_frequency: float = 10.0
-    server_selection_timeout: float = 30.0
-    direct_connection: bool = False
-    replica_set: str | None = None
-    #: The host of a mongodb+srv:// URI, whose SRV records gave ``hosts``.
-    srv_host: str | None = None
-    srv_max_hosts: int = 0
-    srv_service_name: str = "mongodb"
-    retry_reads: bool = True
-    retry_writes: bool = True
-    #: The readPreference mode, in the spec's camel case.
-    read_preference: str = "primary"
-    #: readPreferenceTags: the tag sets, in order (none means any server).
-    read_preference_tags: tuple[Mapping[str, str], ...] = ()
-    #: maxStalenessSeconds; -1 means no maximum.
-    max_staleness_seconds: int = -1
-    extra: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
-
-    @property
-    def load_balanced(self) -> bool:
-        """loadBalanced, which lives in :attr:`pool` (the pool needs it too)."""
-        return self.pool.load_balanced
-
-    def read_preference_object(self) -> _ServerMode:
-        """readPreference, readPreferenceTags and maxStalenessSeconds as one
-        PyMongo read preference (what :meth:`greenpool.Client.find` uses by default).
-
-        >>> parse_uri("mongodb://h/?readPreference=nearest&readPreferenceTags=dc:ny"
-        ...           ).read_preference_object().document
-        {'mode': 'nearest', 'tags': [{'dc': 'ny'}]}
-        """
-        return readpref.make(self.read_preference,
-                             [dict(t) for t in self.read_preference_tags] or None,
-                             self.max_staleness_seconds)
-
-    def ssl_context(self) -> ssl.SSLContext | None:
-        """A TLS context for this client's connections; None when TLS is off.
-
-        It verifies the server's certificate (against ``tls_ca_file``, or the
-        system's CAs) and its host name, unless tlsAllowInvalidHostnames or
-        tlsAllowInvalidCertificates (or tlsInsecure) say otherwise; it presents
-        ``tls_certificate_key_file`` (certificate and key in one PEM file) when
-        given. A missing, unreadable or bad file raises
-        :class:`~greenpool.ConfigurationError` naming the option and the path.
-
-        >>> parse_uri("mongodb://h/?tls=true").ssl_context().check_hostname
-        True
-        """
-        if not self.tls:
-            return None
-        password = self.tls_certificate_key_file_password
-        return tls_context(
-            ca_file=self.tls_ca_file,
-            crl_file=self.tls_crl_file,
-            certificate_key_file=self.tls_certificate_key_file,
-            certificate_key_file_password=password.reveal() if password is not None else None,
-            allow_invalid_hostnames=self.tls_allow_invalid_hostnames,
-            allow_invalid_certificates=self.tls_allow_invalid_certificates,
-        )
-
-
 def parse_uri(uri: str) -> ClientSettings:
     """Parse and validate a ``mongodb://`` or ``mongodb+srv://`` connection string.
 
     For ``mongodb+srv://`` the SRV and TXT records are looked up first (with
     connectTimeoutMS as the DNS time limit), then the whole result is
-    validated. Invalid values of known options are ignored with a warning
-    naming the option and the value, as the URI Options spec says (for an
-    option from a TXT record, which is not in the string, PyMongo's words
-    alone); everything
-    else that is wrong raises :class:`~greenpool.ConfigurationError` (an
-    :class:`InvalidURIError` when the URI itself is malformed). Neither ever
-    shows the password.
+    validated. A bad value of a known option, and an unknown option, are
+    ignored with a warning naming the option and the value; everything else
+    that is wrong raises :class:`~greenpool.ConfigurationError` (an
+    :class:`InvalidURIError` when the string itself is malformed). Neither
+    ever shows the password.
 
     >>> parse_uri("mongodb://a,b/?loadBalanced=true")
     Traceback (most recent call last):
     ...
-    greenpool.ConfigurationError: invalid connection string: Cannot specify multiple hosts \
-with loadBalanced=true
+    greenpool.ConfigurationError: loadBalanced=true allows one host, and the connection \
+string names 2: a:27017,b:27017
     """
     if not isinstance(uri, str):
         raise ConfigurationError(f"a connection string must be a str, not {type(uri).__name__}")
-    written = WrittenURI.of(uri)
-    # PyMongo looks for near misses of each unknown option (a difflib search
-    # over every option name, milliseconds each): greenpool takes them out
-    # first and warns about them itself, so parsing stays linear.
-    known_only, unknown = split_unknown_options(uri)
-    outcome, caught = run_pymongo_parser(known_only)
-    warn_unknown(unknown, written)
-    reemit(caught, written)
-    if isinstance(outcome, Exception):
-        # Raised here, outside the handler, so that PyMongo's unredacted
-        # exception does not ride along as __context__.
-        raise _configuration_error(outcome, written, srv=uri.startswith("mongodb+srv://"))
-    return _settings(outcome)
+    reader = _Reader(uri)
+    try:
+        return reader.read()
+    finally:
+        for message in reader.warnings:
+            warnings.warn(message, UserWarning, stacklevel=2)
 
 
-def _configuration_error(
-    failure: Exception, written: WrittenURI, *, srv: bool
-) -> ConfigurationError:
-    if isinstance(failure, OSError) and failure.filename is not None:
-        path = os.fsdecode(failure.filename)
-        option = written.option_holding(path) or "a file option"
-        reason = failure.strerror or failure
-        return ConfigurationError(
-            written.redact(f"cannot read {option}={path!r} from the connection string: {reason}")
-        )
-    message = written.redact(f"invalid connection string: {failure}")
-    if srv:
-        message += _SRV_HINT
-    if isinstance(failure, _pymongo_errors.InvalidURI):
-        return InvalidURIError(message)
-    return ConfigurationError(message)
+# --- 1. the parts --------------------------------------------------------------------
 
 
-def _settings(parsed: Mapping[str, Any]) -> ClientSettings:
-    # PyMongo before 4.14 keys options in lower case, later ones in camelCase.
-    options = {name.lower(): value for name, value in parsed["options"].items()}
-    tls = _tls(options)
-    insecure = options.pop("tlsinsecure", False)
+@dataclass(frozen=True)
+class _Parts:
+    """A connection string cut into its parts, still percent-encoded."""
+
+    srv: bool
+    userinfo: str | None  # None: no '@'
+    hosts: str
+    database: str
+    query: str
+
+
+def _split(uri: str) -> _Parts:
+    scheme = next((s for s in _SCHEMES if uri.startswith(s)), None)
+    if scheme is None:
+        head = uri.partition("://")[0] if "://" in uri else None
+        named = f", not {head + '://'!r}" if head is not None and len(head) <= 20 else ""
+        raise InvalidURIError(
+            f"a connection string must start with mongodb:// or mongodb+srv://{named}")
+    rest = uri[len(scheme):]
+    end = _userinfo_end(rest)
+    userinfo, rest = (rest[:end], rest[end + 1:]) if end != -1 else (None, rest)
+    cut = _hosts_end(rest)
+    hosts, path = rest[:cut], rest[cut:]
+    if path.startswith("/"):
+        path = path[1:]
+    database, _, query = path.partition("?")
+    if "/" in database:
+        raise InvalidURIError(
+            "a connection string may hold one '/' after the hosts, before the database; "
+            "percent-encode '/' in a Unix domain socket path (%2F) or a password")
+    return _Parts(scheme == "mongodb+srv://", userinfo, hosts, database, query)
+
+
+def _userinfo_end(rest: str) -> int:
+    """Where the user information of ``rest`` (the string after ``://``) ends:
+    the last '@' before the hosts end; -1 when there is none.
+
+    A password with an unescaped '/' or '?' ends the hosts inside it
+    ("ann:pa/ss@h"): when what precedes that '/' or '?' is not a host list
+    ("ann:pa" has no port after its colon), the first '@' after it ends the user
+    information instead, so that the password is still found and hidden. An
+    '@' inside an option value ("?appName=a@b") is never taken for it.
+    """
+    end = _hosts_end(rest)
+    at = rest.rfind("@", 0, end)
+    if at != -1 or end == len(rest) or all(map(_HOST.fullmatch, rest[:end].split(","))):
+        return at
+    return rest.find("@", end)
+
+
+# One item of a host list, as written: a name or [IPv6 literal], maybe a port.
+_HOST: Final = re.compile(r"(\[[^\]]*\]|[^:\[\]]*)(:\d*)?")
+
+
+def _hosts_end(text: str) -> int:
+    """Where a host list ends: at the first '/' (then comes the database) or
+    '?' (the options, when the database is left out with its '/')."""
+    return min((i for i in (text.find("/"), text.find("?")) if i != -1), default=len(text))
+
+
+# --- 2. user information, hosts, database -------------------------------------------
+
+
+def _userinfo(userinfo: str | None) -> tuple[str | None, str | None]:
+    """The user name and password, decoded. Messages never quote them."""
+    if userinfo is None:
+        return None, None
+    user, colon, password = userinfo.partition(":")
+    hint = ("percent-encode ':', '/', '?', '#', '@' and '%' in the user name and "
+            "password (urllib.parse.quote_plus does)")
+    if "@" in userinfo:
+        raise InvalidURIError(f"the user name or password holds an unescaped '@': {hint}")
+    if ":" in password:
+        raise InvalidURIError(f"the password holds an unescaped ':': {hint}")
+    if "/" in userinfo or "?" in userinfo or "#" in userinfo:
+        raise InvalidURIError(
+            f"the user name or password holds an unescaped '/', '?' or '#': {hint}")
+    if not _escapes_valid(userinfo):
+        raise InvalidURIError(
+            f"the user name or password holds a '%' that starts no escape: {hint}")
+    if not user:
+        raise InvalidURIError("the connection string has user information ('...@') "
+                              "but no user name")
+    return unquote_plus(user), unquote_plus(password) if colon else None
+
+
+def _escapes_valid(text: str) -> bool:
+    return re.search(r"%(?![0-9A-Fa-f]{2})", text) is None
+
+
+def _hosts(text: str, *, srv: bool) -> tuple[Address, ...]:
+    if not text:
+        raise InvalidURIError("the connection string names no host")
+    items = text.split(",")
+    if "" in items:
+        raise InvalidURIError(f"the host list {text!r} has an empty host (an extra comma?)")
+    hosts = tuple(_host(item) for item in items)
+    if srv and len(hosts) != 1:
+        raise InvalidURIError(
+            f"a mongodb+srv:// connection string names one host, not {len(hosts)}: {text}")
+    if srv and ":" in items[0].rpartition("]")[2]:
+        raise InvalidURIError(
+            f"a mongodb+srv:// host takes no port (the SRV records give it): {text}")
+    return hosts
+
+
+def _host(item: str) -> Address:
+    try:
+        host, port = parse_address(unquote(item))
+    except ValueError as error:
+        raise InvalidURIError(
+            f"{error}; a password's ':', '/' or '?' must be percent-encoded") from None
+    return (host, None) if port is None else (host.lower(), port)
+
+
+def _database(text: str) -> str | None:
+    name = unquote_plus(text)
+    bad = sorted(_BAD_DATABASE_CHARACTERS.intersection(name))
+    if bad:
+        raise InvalidURIError(
+            f"database name {name!r} holds {' and '.join(map(repr, bad))}, which a database "
+            "name cannot")
+    return name or None
+
+
+# --- 3. the options ------------------------------------------------------------------
+
+
+class _Rejected(Exception):
+    """A value an option does not take: ``reason`` says what it takes.
+
+    ``keep`` is what to use instead when part of the value is good (a list
+    with one unknown item); without it the option is ignored.
+    """
+
+    def __init__(self, reason: str, keep: object = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.keep = keep
+
+
+Converter = Callable[[str], Any]
+
+
+@dataclass(frozen=True)
+class _Option:
+    """One known option: its name as the spec spells it, and its converter."""
+
+    name: str
+    convert: Converter
+    #: A bad value raises rather than being ignored: credentials and TLS
+    #: files, without which the client would connect differently.
+    strict: bool = False
+    #: Every occurrence counts (readPreferenceTags), not only the last.
+    repeats: bool = False
+
+
+def _boolean(text: str) -> bool:
+    if text not in ("true", "false"):
+        raise _Rejected("expected true or false")
+    return text == "true"
+
+
+def _integer(minimum: int, maximum: int | None = None) -> Converter:
+    def convert(text: str) -> int:
+        bound = f"from {minimum} to {maximum}" if maximum is not None else f">= {minimum}"
+        if not re.fullmatch(r"-?\d+", text):
+            raise _Rejected(f"expected a whole number {bound}")
+        value = int(text)
+        if value < minimum or (maximum is not None and value > maximum):
+            raise _Rejected(f"expected a whole number {bound}")
+        return value
+    return convert
+
+
+def _milliseconds(minimum: float = 0, meaning_of_zero: str = "") -> Converter:
+    def convert(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value) or value < minimum:
+            zero = f" ({meaning_of_zero})" if meaning_of_zero else ""
+            raise _Rejected(f"expected a number of milliseconds >= {minimum:g}{zero}") from None
+        return int(value) if value.is_integer() else value
+    return convert
+
+
+def _text(text: str) -> str:
+    return text
+
+
+def _nonempty(what: str) -> Callable[[str], str]:
+    def convert(text: str) -> str:
+        if not text:
+            raise _Rejected(f"expected {what}, not nothing")
+        return text
+    return convert
+
+
+def _choice(*values: str) -> Converter:
+    def convert(text: str) -> str:
+        if text not in values:
+            raise _Rejected(f"expected one of {', '.join(values)}")
+        return text
+    return convert
+
+
+def _app_name(text: str) -> str:
+    if len(text.encode()) > 128:
+        raise _Rejected(f"expected at most 128 bytes of UTF-8, not {len(text.encode())}")
+    return text
+
+
+_COMPRESSORS: Final = ("snappy", "zlib", "zstd", "noop")
+
+
+def _compressors(text: str) -> tuple[str, ...]:
+    names = [name for name in text.split(",") if name]
+    known = tuple(name for name in names if name in _COMPRESSORS)
+    unknown = [name for name in names if name not in _COMPRESSORS]
+    if unknown:
+        reason = (f"{', '.join(map(repr, unknown))} "
+                  f"{'is not a compressor' if len(unknown) == 1 else 'are not compressors'}"
+                  f" (expected {', '.join(_COMPRESSORS)})")
+        raise _Rejected(reason + ("; the others are used" if known else ""), keep=known or None)
+    return known
+
+
+def _tag_set(text: str) -> dict[str, str]:
+    if not text:
+        return {}  # an empty tag set: any server
+    pairs = [item.partition(":") for item in text.split(",")]
+    if any(not colon or not key for key, colon, _ in pairs):
+        raise _Rejected("expected a tag set: name:value pairs separated by commas "
+                        "(dc:ny,rack:1), or nothing for any server")
+    return {key: value for key, _, value in pairs}
+
+
+def _max_staleness(text: str) -> int:
+    if not re.fullmatch(r"-?\d+", text) or (int(text) != -1 and int(text) <= 0):
+        raise _Rejected("expected -1 (no maximum) or a positive whole number of seconds")
+    return int(text)
+
+
+def _write_concern(text: str) -> int | str:
+    if re.fullmatch(r"-?\d+", text):
+        if int(text) < 0:
+            raise _Rejected("expected a number of servers >= 0, majority, or a tag set's name")
+        return int(text)
+    return _nonempty("a number of servers >= 0, majority, or a tag set's name")(text)
+
+
+# authMechanismProperties any mechanism may take, and the ones whose values may be shown.
+_MECHANISM_PROPERTIES: Final = frozenset({
+    "SERVICE_NAME", "CANONICALIZE_HOST_NAME", "SERVICE_REALM", "SERVICE_HOST",
+    "AWS_SESSION_TOKEN", "ENVIRONMENT", "TOKEN_RESOURCE",
+})
+_SHOWN_MECHANISM_PROPERTIES: Final = _MECHANISM_PROPERTIES - {"AWS_SESSION_TOKEN"}
+
+
+def _mechanism_properties(text: str) -> dict[str, Any]:
+    properties: dict[str, Any] = {}
+    for item in text.split(","):
+        key, colon, value = item.partition(":")
+        if not colon or not key:
+            raise _Rejected("expected NAME:value pairs separated by commas "
+                            "(SERVICE_NAME:mongodb,CANONICALIZE_HOST_NAME:true)")
+        if key not in _MECHANISM_PROPERTIES:
+            raise _Rejected(f"{key!r} is not a property (expected "
+                            f"{', '.join(sorted(_MECHANISM_PROPERTIES))})")
+        properties[key] = {"true": True, "false": False}.get(value, value) \
+            if key == "CANONICALIZE_HOST_NAME" else value
+    return properties
+
+
+_MECHANISMS: Final = ("DEFAULT", "SCRAM-SHA-1", "SCRAM-SHA-256", "MONGODB-X509", "GSSAPI",
+                      "PLAIN", "MONGODB-AWS", "MONGODB-OIDC")
+
+
+def _readable_file(text: str) -> str:
+    """A path whose file can be read now: a missing, unreadable or directory
+    path is rejected with the reason the operating system gave."""
+    try:
+        # Non-blocking, so that a FIFO's open does not wait for a writer.
+        descriptor = os.open(text, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as error:
+        reason = {errno.ENOENT: "no such file", errno.EACCES: "permission denied",
+                  errno.EISDIR: "it is a directory"}.get(error.errno or 0, "")
+        told = error.strerror or type(error).__name__
+        raise _Rejected(f"cannot read the file: {reason} ({told})" if reason
+                        else f"cannot read the file: {told}") from None
+    try:
+        if stat.S_ISDIR(os.fstat(descriptor).st_mode):
+            raise _Rejected("cannot read the file: it is a directory")
+    finally:
+        os.close(descriptor)
+    return text
+
+
+def _table(*options: _Option) -> dict[str, _Option]:
+    return {option.name.lower(): option for option in options}
+
+
+#: Every option greenpool knows, by lower-case name (names are case-insensitive).
+_OPTIONS: Final = _table(
+    # The pool (CMAP)
+    _Option("maxPoolSize", _integer(0)),
+    _Option("minPoolSize", _integer(0)),
+    _Option("maxConnecting", _integer(1)),
+    _Option("maxIdleTimeMS", _milliseconds(meaning_of_zero="0: never idle")),
+    _Option("waitQueueTimeoutMS", _milliseconds(meaning_of_zero="0: no limit")),
+    # Timeouts
+    _Option("timeoutMS", _milliseconds(meaning_of_zero="0: no limit")),
+    _Option("connectTimeoutMS", _milliseconds(meaning_of_zero="0: no limit")),
+    _Option("socketTimeoutMS", _milliseconds(meaning_of_zero="0: no limit")),
+    _Option("serverSelectionTimeoutMS", _milliseconds()),
+    _Option("heartbeatFrequencyMS", _milliseconds(minimum=500)),
+    _Option("localThresholdMS", _milliseconds()),
+    # Topology
+    _Option("directConnection", _boolean),
+    _Option("loadBalanced", _boolean),
+    _Option("replicaSet", _nonempty("a replica set name")),
+    _Option("srvMaxHosts", _integer(0)),
+    _Option("srvServiceName", _nonempty("a service name")),
+    _Option("serverMonitoringMode", _choice("auto", "stream", "poll")),
+    # The client
+    _Option("appName", _app_name),
+    _Option("compressors", _compressors),
+    _Option("zlibCompressionLevel", _integer(-1, 9)),
+    _Option("retryReads", _boolean),
+    _Option("retryWrites", _boolean),
+    _Option("readPreference", _choice("primary", "primaryPreferred", "secondary",
+                                      "secondaryPreferred", "nearest")),
+    _Option("readPreferenceTags", _tag_set, repeats=True),
+    _Option("maxStalenessSeconds", _max_staleness),
+    _Option("readConcernLevel", _nonempty("a read concern level")),
+    _Option("w", _write_concern),
+    _Option("wTimeoutMS", _integer(0)),
+    _Option("journal", _boolean),
+    _Option("uuidRepresentation", _choice("unspecified", "standard", "pythonLegacy",
+                                          "javaLegacy", "csharpLegacy")),
+    # Authentication
+    _Option("authMechanism", _choice(*_MECHANISMS), strict=True),
+    _Option("authSource", _nonempty("a database name"), strict=True),
+    _Option("authMechanismProperties", _mechanism_properties, strict=True),
+    # TLS
+    _Option("tls", _boolean),
+    _Option("ssl", _boolean),
+    _Option("tlsInsecure", _boolean),
+    _Option("tlsAllowInvalidCertificates", _boolean),
+    _Option("tlsAllowInvalidHostnames", _boolean),
+    _Option("tlsDisableOCSPEndpointCheck", _boolean),
+    _Option("tlsDisableCertificateRevocationCheck", _boolean),
+    _Option("tlsCAFile", _readable_file, strict=True),
+    _Option("tlsCertificateKeyFile", _readable_file, strict=True),
+    _Option("tlsCertificateKeyFilePassword", _text),
+    _Option("tlsCRLFile", _readable_file, strict=True),
+)
+
+
+class _Reader:
+    """One connection string being read; it gathers the warnings to give."""
+
+    def __init__(self, uri: str) -> None:
+        self.uri = uri
+        self.secrets = uri_secrets(uri)
+        self.warnings: list[str] = []
+        #: Options by lower-case name: (name as written, value as written, converted).
+        self.options: dict[str, tuple[str, str, Any]] = {}
+
+    def read(self) -> ClientSettings:
+        try:
+            return self._read()
+        except ConfigurationError as error:
+            failure = type(error)(self.redact(str(error)))
+        # Raised here, outside the handler, so that the unredacted error does
+        # not ride along as __context__.
+        raise failure
+
+    def _read(self) -> ClientSettings:
+        parts = _split(self.uri)
+        username, password = _userinfo(parts.userinfo)
+        hosts = _hosts(parts.hosts, srv=parts.srv)
+        database = _database(parts.database)
+        self._read_options(parts.query, source=None)
+        srv_host = None
+        if parts.srv:
+            srv_host = str(hosts[0][0])
+            hosts = self._seedlist(srv_host)
+        _check_combinations(self.options, hosts, srv=parts.srv)
+        return _settings(self.options, hosts, database, username, password, srv_host)
+
+    def warn(self, message: str) -> None:
+        self.warnings.append(self.redact(message))
+
+    def redact(self, text: str) -> str:
+        return _hide(text, self.secrets)
+
+    def _read_options(self, query: str, *, source: str | None) -> None:
+        """Each ``name=value`` of ``query`` (the URI's, or a TXT record's when
+        ``source`` names it) through the option table. Of an option given more
+        than once the last counts, but for readPreferenceTags, which lists."""
+        given: dict[str, list[tuple[str, str]]] = {}
+        for name, value in _items(query, source):
+            given.setdefault(name.lower(), []).append((name, value))
+        unknown = []
+        for key, occurrences in given.items():
+            option = _OPTIONS.get(key)
+            if source is not None and key not in _TXT_OPTIONS:
+                raise ConfigurationError(
+                    f"{source} sets {occurrences[0][0]}, but only authSource, replicaSet and "
+                    "loadBalanced may come from DNS")
+            if option is None:
+                unknown.append(occurrences[-1])
+            elif key in self.options:
+                continue  # a TXT record's option the URI gives too: the URI's wins
+            elif option.repeats:
+                for name, value in occurrences:
+                    self._add(option, name, value, source)
+            else:
+                name, value = occurrences[-1]
+                if len(occurrences) > 1:
+                    self.warn(f"connection string option {option.name} is given "
+                              f"{len(occurrences)} times; the last, {name}={_shown(name, value)}, "
+                              "is used")
+                self._add(option, name, value, source)
+        self._warn_unknown(unknown)
+
+    def _add(self, option: _Option, name: str, value: str, source: str | None) -> None:
+        shown = _shown(name, value)
+        try:
+            converted = option.convert(value)
+        except _Rejected as rejected:
+            where = f" (from {source})" if source else ""
+            if option.strict:
+                raise ConfigurationError(
+                    f"connection string option {name}={shown}{where}: {rejected.reason}"
+                ) from None
+            if rejected.keep is None:
+                self.warn(f"connection string option {name}={shown}{where} is ignored: "
+                          f"{rejected.reason}")
+                return
+            self.warn(f"connection string option {name}={shown}{where}: {rejected.reason}")
+            converted = rejected.keep
+        key = option.name.lower()
+        if option.repeats:
+            converted = (*self._value(key, ()), converted)
+        self.options[key] = (name, value, converted)
+
+    def _warn_unknown(self, unknown: list[tuple[str, str]]) -> None:
+        for index, (name, value) in enumerate(unknown):
+            if index == _UNKNOWN_OPTION_WARNINGS:
+                self.warn(f"{len(unknown) - index} more unknown options in the connection "
+                          "string are ignored too")
+                return
+            if not name:
+                self.warn(f"connection string option ={_shown(name, value)} has no name "
+                          "and is ignored")
+                continue
+            near = difflib.get_close_matches(name.lower(), list(_OPTIONS), n=3, cutoff=0.6)
+            hint = (f"; did you mean {' or '.join(_OPTIONS[n].name for n in near)}?"
+                    if near else "")
+            self.warn(f"connection string option {name}={_shown(name, value)} is not an "
+                      f"option greenpool knows, and is ignored{hint}")
+
+    def _seedlist(self, host: str) -> tuple[Address, ...]:
+        """The hosts of a mongodb+srv:// connection string, from DNS; a TXT
+        record's options join the URI's (which win)."""
+        service = self._value("srvservicename", "mongodb")
+        connect_ms = self._value("connecttimeoutms", DEFAULT_CONNECT_TIMEOUT * 1000)
+        timeout = connect_ms / 1000 if connect_ms else None
+        name = f"_{service}._tcp.{host}"
+        records = dns.srv_records(name, timeout=timeout)
+        targets = tuple((target.lower(), port) for target, port in records)
+        for target, _ in targets:
+            _check_srv_target(host, target)
+        texts = dns.txt_records(host, timeout=timeout)
+        if len(texts) > 1:
+            raise ConfigurationError(
+                f"{host} has {len(texts)} TXT records; a mongodb+srv:// host may have one")
+        if texts:
+            self._read_options(texts[0], source=f"the TXT record of {host}")
+        limit = self._value("srvmaxhosts", 0)
+        if 0 < limit < len(targets):
+            targets = tuple(random.sample(targets, limit))
+        return targets
+
+    def _value(self, key: str, default: Any) -> Any:
+        return self.options[key][2] if key in self.options else default
+
+
+def _items(query: str, source: str | None) -> list[tuple[str, str]]:
+    """The ``name=value`` items of ``query``, decoded, in order."""
+    if not query:
+        return []
+    where = source or "the connection string"
+    if "&" in query and ";" in query:
+        raise InvalidURIError(f"{where} separates its options with both '&' and ';': use one")
+    items = []
+    for item in query.split("&" if "&" in query else ";"):
+        name, equals, value = item.partition("=")
+        if not item:
+            raise InvalidURIError(
+                f"{where} has an empty option (two separators in a row, or one at the end)")
+        if not equals:
+            raise InvalidURIError(f"{_named_option(name, source)} has no value: "
+                                  f"write {unquote_plus(name)}=<value>")
+        if "=" in value:
+            raise InvalidURIError(f"{_named_option(name, source)} has more than one '=': "
+                                  "percent-encode '=' in a value as %3D")
+        items.append((unquote_plus(name), unquote_plus(value)))
+    return items
+
+
+def _named_option(name: str, source: str | None) -> str:
+    return f"option {unquote_plus(name)!r} in {source or 'the connection string'}"
+
+
+def _shown(name: str, value: str) -> str:
+    """``value`` as a message may quote it: secrets as ``'***'``."""
+    if looks_secret(name):
+        return "'***'"
+    if name.lower() == "authmechanismproperties":
+        return repr(",".join(_hide_property(item) for item in value.split(",")))
+    return repr(value)
+
+
+def _check_srv_target(host: str, target: str) -> None:
+    """The seedlist rule: an SRV target lies in the SRV host's domain, that is
+    the host without its first label, or, for a host of one or two labels,
+    below the host itself (the "." before the domain keeps the host out)."""
+    labels = host.lower().split(".")
+    domain = ".".join(labels[1:]) if len(labels) >= 3 else host.lower()
+    if target.endswith("." + domain):
+        return
+    raise ConfigurationError(
+        f"the SRV record of {host} points to {target}, which is not in {host}'s domain "
+        f"({domain}); a mongodb+srv:// host's servers must be")
+
+
+# --- 5. the rules across options ------------------------------------------------------
+
+
+def _check_combinations(
+    options: Mapping[str, tuple[str, str, Any]], hosts: tuple[Address, ...], *, srv: bool
+) -> None:
+    def given(key: str) -> bool:
+        return key in options
+
+    def value(key: str, default: Any = None) -> Any:
+        return options[key][2] if key in options else default
+
+    def written(key: str) -> str:
+        name, text, _ = options[key]
+        return f"{name}={text}"
+
+    def fail(message: str) -> NoReturn:
+        raise ConfigurationError(message + (_SRV_HINT if srv else ""))
+
+    if given("tls") and given("ssl") and value("tls") != value("ssl"):
+        fail(f"{written('tls')} and {written('ssl')} conflict (ssl is another name for tls)")
+    tls = value("tls", value("ssl"))
+    implying = [options[key][0] for key in _TLS_IMPLYING if value(key)]
+    if tls is False and implying:
+        fail(f"tls=false conflicts with {', '.join(implying)}: set tls=true or remove them")
+    for first, second in _TLS_CONFLICTS:
+        if given(first) and given(second):
+            fail(f"{written(first)} and {written(second)} cannot both be given: "
+                 f"{options[first][0]} decides what {options[second][0]} would")
+    many = len(hosts) > 1
+    listed = ",".join(format_address(h) for h in hosts)
+    where = "its SRV records give" if srv else "the connection string names"
+    if value("directconnection") and (many or srv):
+        fail(f"{written('directconnection')} connects to one host, and "
+             + (f"{where} {len(hosts)}: {listed}" if not srv
+                else "a mongodb+srv:// connection string gets its hosts from DNS"))
+    if value("loadbalanced"):
+        if value("srvmaxhosts", 0) > 0:
+            fail(f"{written('srvmaxhosts')} cannot be given with loadBalanced=true "
+                 "(srvMaxHosts=0 can)")
+        if many:
+            fail(f"loadBalanced=true allows one host, and {where} {len(hosts)}: {listed}")
+        for key in ("replicaset", "directconnection"):
+            if given(key) and (key == "replicaset" or value(key)):
+                fail(f"{written(key)} cannot be given with loadBalanced=true")
+    for key in ("srvservicename", "srvmaxhosts"):
+        if given(key) and not srv:
+            fail(f"{written(key)} is only for mongodb+srv:// connection strings")
+    if value("srvmaxhosts", 0) > 0 and given("replicaset"):
+        fail(f"{written('srvmaxhosts')} cannot be given with {written('replicaset')} "
+             "(srvMaxHosts=0 can)")
+    mode = value("readpreference", "primary")
+    tags = [t for t in value("readpreferencetags", ()) if t]
+    if mode == "primary" and (tags or value("maxstalenessseconds", -1) != -1):
+        extra = "readPreferenceTags" if tags else written("maxstalenessseconds")
+        fail(f"readPreference=primary takes no {extra}: a primary is chosen by its role "
+             "alone; use primaryPreferred or another mode to pass them")
+
+
+_SRV_HINT: Final = (
+    " (for mongodb+srv:// the hosts come from DNS SRV records, and authSource,"
+    " replicaSet and loadBalanced may come from a TXT record)"
+)
+# Options that turn TLS on when tls is not given, as PyMongo's client does.
+_TLS_IMPLYING: Final = ("tlscafile", "tlscertificatekeyfile", "tlscertificatekeyfilepassword",
+                        "tlscrlfile")
+# Pairs the URI Options spec forbids together: the first sets what the second would.
+_TLS_CONFLICTS: Final = (
+    ("tlsinsecure", "tlsallowinvalidcertificates"),
+    ("tlsinsecure", "tlsallowinvalidhostnames"),
+    ("tlsinsecure", "tlsdisableocspendpointcheck"),
+    ("tlsinsecure", "tlsdisablecertificaterevocationcheck"),
+    ("tlsallowinvalidcertificates", "tlsdisableocspendpointcheck"),
+    ("tlsallowinvalidcertificates", "tlsdisablecertificaterevocationcheck"),
+    ("tlsdisablecertificaterevocationcheck", "tlsdisableocspendpointcheck"),
+)
+
+
+# --- 6. the settings ------------------------------------------------------------------
+
+# Mechanisms whose users live outside MongoDB: their authSource is "$external".
+_EXTERNAL_MECHANISMS: Final = frozenset({"GSSAPI", "MONGODB-X509", "MONGODB-AWS",
+                                         "MONGODB-OIDC"})
+_PASSWORD_MECHANISMS: Final = frozenset({"SCRAM-SHA-1", "SCRAM-SHA-256", "PLAIN"})
+_POOL_OPTIONS: Final = ("maxpoolsize", "minpoolsize", "maxconnecting", "maxidletimems",
+                        "waitqueuetimeoutms", "loadbalanced")
+
+
+def _settings(
+    options: Mapping[str, tuple[str, str, Any]], hosts: tuple[Address, ...],
+    database: str | None, username: str | None, password: str | None, srv_host: str | None,
+) -> ClientSettings:
+    values = {key: converted for key, (_, _, converted) in options.items()}
+    take = values.pop
+    insecure = take("tlsinsecure", False)
+    tls = take("tls", take("ssl", None))
+    if tls is None:
+        tls = srv_host is not None or any(values.get(key) for key in _TLS_IMPLYING)
     return ClientSettings(
-        hosts=tuple((host, port) for host, port in parsed["nodelist"]),
-        pool=_pool_options(options),
-        credentials=_credentials(parsed, options),
-        database=parsed["database"] or None,
-        app_name=options.pop("appname", None),
-        compressors=tuple(options.pop("compressors", ())),
-        zlib_compression_level=options.pop("zlibcompressionlevel", -1),
-        connect_timeout=options.pop("connecttimeoutms", DEFAULT_CONNECT_TIMEOUT),
-        socket_timeout=options.pop("sockettimeoutms", None),
-        timeout=options.pop("timeoutms", None),
+        hosts=hosts,
+        pool=PoolOptions({_OPTIONS[key].name: take(key) for key in _POOL_OPTIONS if key in values}),
+        credentials=_credentials(values, username, password, database),
+        database=database,
+        app_name=take("appname", None),
+        compressors=take("compressors", ()),
+        zlib_compression_level=take("zlibcompressionlevel", -1),
+        connect_timeout=_seconds(take("connecttimeoutms", DEFAULT_CONNECT_TIMEOUT * 1000)),
+        socket_timeout=_seconds(take("sockettimeoutms", 0)),
+        timeout=_ms_to_seconds(take("timeoutms", None)),
         tls=tls,
-        tls_ca_file=options.pop("tlscafile", None),
-        tls_certificate_key_file=options.pop("tlscertificatekeyfile", None),
-        tls_certificate_key_file_password=_secret(options.pop("tlscertificatekeyfilepassword",
-                                                              None)),
-        tls_crl_file=options.pop("tlscrlfile", None),
-        tls_allow_invalid_certificates=options.pop("tlsallowinvalidcertificates", insecure),
-        tls_allow_invalid_hostnames=options.pop("tlsallowinvalidhostnames", insecure),
+        tls_ca_file=take("tlscafile", None),
+        tls_certificate_key_file=take("tlscertificatekeyfile", None),
+        tls_certificate_key_file_password=_secret(take("tlscertificatekeyfilepassword", None)),
+        tls_crl_file=take("tlscrlfile", None),
+        tls_allow_invalid_certificates=take("tlsallowinvalidcertificates", insecure),
+        tls_allow_invalid_hostnames=take("tlsallowinvalidhostnames", insecure),
         tls_insecure=insecure,
-        heartbeat_frequency=options.pop("heartbeatfrequencyms", 10.0),
-        server_selection_timeout=options.pop("serverselectiontimeoutms", 30.0),
-        direct_connection=options.pop("directconnection", False),
-        replica_set=options.pop("replicaset", None),
-        srv_host=parsed.get("fqdn"),
-        srv_max_hosts=options.pop("srvmaxhosts", 0),
-        srv_service_name=options.pop("srvservicename", "mongodb"),
-        retry_reads=options.pop("retryreads", True),
-        retry_writes=options.pop("retrywrites", True),
-        **_read_preference(options),
-        extra=MappingProxyType({name: _conceal(name, value) for name, value in options.items()}),
+        heartbeat_frequency=take("heartbeatfrequencyms", 10_000) / 1000,
+        server_selection_timeout=take("serverselectiontimeoutms", 30_000) / 1000,
+        direct_connection=take("directconnection", False),
+        replica_set=take("replicaset", None),
+        srv_host=srv_host,
+        srv_max_hosts=take("srvmaxhosts", 0),
+        srv_service_name=take("srvservicename", "mongodb"),
+        retry_reads=take("retryreads", True),
+        retry_writes=take("retrywrites", True),
+        read_preference=take("readpreference", "primary"),
+        read_preference_tags=tuple(map(MappingProxyType, take("readpreferencetags", ()))),
+        max_staleness_seconds=take("maxstalenessseconds", -1),
+        extra=MappingProxyType({key: _conceal(key, value) for key, value in values.items()}),
     )
 
 
-def _read_preference(options: dict[str, Any]) -> dict[str, Any]:
-    mode = options.pop("readpreference", "primary")
-    tags = tuple(MappingProxyType(dict(t)) for t in options.pop("readpreferencetags", ()))
-    staleness = options.pop("maxstalenessseconds", -1)
-    # The spec's rules across the three options (primary takes no tags and no
-    # maxStalenessSeconds): an error naming them, as PyMongo's client raises.
-    try:
-        readpref.make(mode, [dict(t) for t in tags] or None, staleness)
-    except ConfigurationError as error:
-        raise ConfigurationError(
-            f"the connection string's readPreference, readPreferenceTags and "
-            f"maxStalenessSeconds conflict: {error}") from None
-    return {"read_preference": mode, "read_preference_tags": tags,
-            "max_staleness_seconds": staleness}
+def _seconds(milliseconds: float) -> float | None:
+    """Milliseconds as seconds; 0 means no limit (None)."""
+    return milliseconds / 1000 if milliseconds else None
 
 
-def _tls(options: dict[str, Any]) -> bool:
-    implying = [name for key, name in _TLS_IMPLYING.items() if options.get(key)]
-    tls = options.pop("tls", None)
-    if tls is None:
-        return bool(implying)
-    if not tls and implying:
-        raise ConfigurationError(
-            f"tls=false conflicts with {', '.join(implying)}: set tls=true or remove them"
-        )
-    return bool(tls)
+def _ms_to_seconds(milliseconds: float | None) -> float | None:
+    return None if milliseconds is None else milliseconds / 1000
 
 
-def _pool_options(options: dict[str, Any]) -> PoolOptions:
-    given = {key: options.pop(key) for key in _POOL_COUNTS if key in options}
-    for key in _POOL_DURATIONS:
-        seconds = options.pop(key, None)
-        if seconds is not None:
-            given[key] = _milliseconds(seconds)
-    return PoolOptions(given)
-
-
-def _milliseconds(seconds: float) -> float:
-    # Rounded to the microsecond so that 50000 ms stays 50000, not 50000.000000001.
-    milliseconds = round(seconds * 1000, 3)
-    return int(milliseconds) if milliseconds.is_integer() else milliseconds
-
-
-def _credentials(parsed: Mapping[str, Any], options: dict[str, Any]) -> Credentials | None:
-    username: str | None = parsed["username"]
-    mechanism: str | None = options.get("authmechanism")
+def _credentials(values: dict[str, Any], username: str | None, password: str | None,
+                 database: str | None) -> Credentials | None:
+    mechanism: str | None = values.get("authmechanism")
     if username is None and mechanism is None:
         return None  # authSource or authMechanismProperties alone stay in extra
-    options.pop("authmechanism", None)
+    values.pop("authmechanism", None)
     if mechanism == "DEFAULT":
-        mechanism = None  # the same as not naming one: negotiate
+        mechanism = None  # the same as naming none: negotiate
     if not username and (mechanism is None or mechanism in _PASSWORD_MECHANISMS):
         raise ConfigurationError(
-            f"authMechanism={mechanism or 'DEFAULT'} needs a user name in the connection string"
-        )
-    source = options.pop("authsource", None) or _default_auth_source(mechanism, parsed["database"])
-    properties = options.pop("authmechanismproperties", None) or {}
+            f"authMechanism={mechanism or 'DEFAULT'} needs a user name in the connection string")
+    if password and mechanism in ("MONGODB-X509", "MONGODB-OIDC"):
+        raise ConfigurationError(f"authMechanism={mechanism} takes no password")
+    source = values.pop("authsource", None) or _default_auth_source(mechanism, database)
+    properties = values.pop("authmechanismproperties", None) or {}
     return Credentials(
         username=username,
-        password=_secret(parsed["password"] or None),
+        password=_secret(password or None),
         source=source,
         mechanism=mechanism,
         mechanism_properties=_conceal("authmechanismproperties", properties),
@@ -432,14 +844,7 @@ def _conceal(name: str, value: Any) -> Any:
     return value
 
 
-def uri_secrets(uri: str) -> tuple[str, ...]:
-    """Every secret in the connection string ``uri``, longest first: the
-    password (as written, decoded, and the pieces an unescaped ``/`` or ``?``
-    would cut it into), the values of options that hold secrets
-    (tlsCertificateKeyFilePassword, anything named like a password, secret
-    or token) and of authMechanismProperties other than the ones PyMongo
-    shows (AWS_SESSION_TOKEN among them)."""
-    return WrittenURI.of(uri).secrets
+# --- redaction ------------------------------------------------------------------------
 
 
 def redact_uri(uri: str) -> str:
@@ -451,5 +856,96 @@ def redact_uri(uri: str) -> str:
     'mongodb://ann:***@db.example.com/?tlsCertificateKeyFilePassword=***&w=1'
     >>> redact_uri("mongodb://ann:Sup3r/x@db/?authMechanismProperties=AWS_SESSION_TOKEN:t0k")
     'mongodb://ann:***@db/?authMechanismProperties=AWS_SESSION_TOKEN:***'
+    >>> redact_uri("mongodb://db:27017/?appName=shop@eu")
+    'mongodb://db:27017/?appName=shop@eu'
     """
-    return hide_secrets(uri)
+    scheme, sep, rest = uri.partition("://")
+    if not sep:
+        return "<not a mongodb:// URI>"  # it could be anything, a password included
+    at = _userinfo_end(rest)
+    if at != -1:
+        user, colon, _ = rest[:at].partition(":")
+        if colon:
+            rest = f"{user}:***{rest[at:]}"
+    head, question, query = rest.partition("?")
+    if question:
+        query = "".join(_redact_option(item) for item in re.split("([&;])", query))
+    # Then the secrets as words wherever they are, should the string be
+    # malformed enough to hide one from the structure above.
+    return _hide(f"{scheme}://{head}{question}{query}", uri_secrets(uri))
+
+
+def uri_secrets(uri: str) -> tuple[str, ...]:
+    """Every secret in the connection string ``uri``, longest first: the
+    password (as written, decoded, and the pieces an unescaped ``/`` or ``?``
+    would cut it into), the values of options that hold secrets
+    (tlsCertificateKeyFilePassword, anything named like a password, secret
+    or token) and of authMechanismProperties other than the ones shown
+    (AWS_SESSION_TOKEN among them)."""
+    rest = uri.partition("://")[2]
+    at = _userinfo_end(rest)
+    password = rest[:at].partition(":")[2] if at != -1 else ""
+    candidates = {password, unquote_plus(password), *re.split("[/?#]", password)}
+    for name, value in _raw_options(rest[at + 1:].partition("?")[2]):
+        for text in (value, unquote_plus(value)):
+            candidates.update(_secret_values(unquote_plus(name), text))
+    # Longest first, so that a secret containing another is hidden whole.
+    return tuple(sorted((s for s in candidates if s), key=len, reverse=True))
+
+
+def _hide(text: str, secrets: Iterable[str]) -> str:
+    """``text`` with every secret replaced by ``***``."""
+    for secret in secrets:
+        if secret in text:  # the common case, and much cheaper than the search
+            # Whole words only: hiding "pass" inside "password" would tell
+            # the reader what the password is.
+            text = re.sub(rf"(?<!\w){re.escape(secret)}(?!\w)", "***", text)
+    return text
+
+
+def _raw_options(query: str) -> Iterable[tuple[str, str]]:
+    for item in re.split("[&;]", query):
+        name, _, value = item.partition("=")
+        if name:
+            yield name, value
+
+
+def _secret_values(name: str, value: str) -> Iterable[str]:
+    if looks_secret(name):
+        yield value
+    elif name.lower() == "authmechanismproperties":
+        for item in value.split(","):
+            key, _, secret = item.partition(":")
+            if secret_property(key):
+                yield secret
+
+
+def _redact_option(item: str) -> str:
+    name, equals, value = item.partition("=")
+    if not equals:
+        return item
+    if looks_secret(unquote_plus(name)):
+        return f"{name}=***"
+    if unquote_plus(name).lower() != "authmechanismproperties":
+        return item
+    return f"{name}={','.join(_hide_property(part) for part in value.split(','))}"
+
+
+def _hide_property(item: str) -> str:
+    key, colon, _ = item.partition(":")
+    if not colon:
+        return "***"  # malformed: it may be a secret cut short
+    return f"{key}:***" if secret_property(key) else item
+
+
+def secret_property(key: str) -> bool:
+    """Whether the authMechanismProperties value under ``key`` is secret:
+    all but the ones greenpool shows (AWS_SESSION_TOKEN is secret)."""
+    return looks_secret(key) or unquote_plus(key).upper() not in _SHOWN_MECHANISM_PROPERTIES
+
+
+def looks_secret(name: str) -> bool:
+    """Whether an option named ``name`` holds a secret: by its name, so that a
+    misspelt password option is hidden too."""
+    lowered = name.lower()
+    return any(word in lowered for word in ("pass", "pasw", "pwd", "secret", "token"))

@@ -30,7 +30,7 @@ supported release:
 * Monitor pools stay PyMongo's own on every release; nothing waits in them
   and no application greenlet runs in them.
 
-The upper bound is the newest release reviewed. ``tools/dev.py test`` runs the
+The upper bound is the newest release reviewed. ``devtools/dev.py test`` runs the
 adapter's tests on the latest patch of every minor release in the range."""
 
 RELEASE: tuple[int, ...] = tuple(int(part) for part in pymongo.version.split(".")[:2])

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """PyMongo's own test suite, run with PyMongo's stock pools and with greenpool's.
 
-    python3 tools/dev.py pymongo-suite [VERSION] [options]
+    python3 devtools/dev.py pymongo-suite [VERSION] [options]
 
 1. Fetches the ``test/`` folder of PyMongo ``VERSION`` (default: the one in
    ``.venv``) from its sdist on PyPI (``pip download --no-binary :all:``) into
@@ -542,7 +542,7 @@ def main() -> int:
         if route not in ROUTES or separator != "--":
             sys.exit(f"usage: {sys.argv[0]} --child {{stock|greenpool}} OUTCOMES -- ARGS")
         return child(route, path, pytest_args)
-    parser = argparse.ArgumentParser(prog="tools/dev.py pymongo-suite", description=__doc__,
+    parser = argparse.ArgumentParser(prog="devtools/dev.py pymongo-suite", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("version", nargs="?", help="PyMongo version (default: .venv's)")
     parser.add_argument("--modes", default=",".join(MODES),
