@@ -60,7 +60,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from pymongo import MongoClient
 from pymongo.errors import PyMongoError
 
-from greenpool.tools.embedded import free_port, secantusd_executable
+from greenpool.cli.embedded import free_port, secantusd_executable
 
 HOST = "127.0.0.1"
 TEST_URI_VARIABLE = "GREENPOOL_TEST_URI"

@@ -27,8 +27,8 @@ from pymongo.errors import (
 
 import greenpool
 from greenpool import Client
+from greenpool.cli.embedded import free_port
 from greenpool.client.timeouts import Deadline, MinRoundTrip, resolve
-from greenpool.tools.embedded import free_port
 from tests.events import AllEvents
 from tests.failpoints import failpoint
 from tests.fake_server import FakeServer, Request, block

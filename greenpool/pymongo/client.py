@@ -11,7 +11,7 @@ from typing import Any
 import pymongo
 
 from greenpool.pymongo.internals import _DocumentType
-from greenpool.pymongo.keywords import plug_in, require_patched_threading
+from greenpool.pymongo.keywords import client_kwargs, require_patched_threading
 
 
 class MongoClient(pymongo.MongoClient[_DocumentType]):
@@ -24,4 +24,4 @@ class MongoClient(pymongo.MongoClient[_DocumentType]):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         require_patched_threading()
-        super().__init__(*args, **plug_in(kwargs))
+        super().__init__(*args, **client_kwargs(**kwargs))

@@ -4,7 +4,9 @@ Rules of this module: the only place in greenpool that names PyMongo's private
 ``MongoClient`` keyword arguments. PyMongo builds every pool through ``_pool_class``
 and the condition server selection waits on through ``_condition_class``; both are
 documented only as "for deep customization", hence the exact version range checked
-at import (``versions.py``). :func:`pool_factory` is the ``_pool_class``: application
+at import (``versions.py``). :func:`client_kwargs` gives both to a ``MongoClient``,
+for :class:`~greenpool.pymongo.MongoClient` and for frameworks that build their own.
+:func:`pool_factory` is the ``_pool_class``: application
 pools become :class:`~greenpool.pymongo.pool.GreenPool`; the monitor and RTT pools
 stay PyMongo's, because nothing ever waits in them and SDAM reads their internals.
 :class:`~greenpool.pymongo.condition.KillSafeCondition` is the ``_condition_class``.
@@ -42,11 +44,26 @@ def require_patched_threading() -> None:
         )
 
 
-def plug_in(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """``kwargs`` with greenpool's pool class and condition set; a caller that
-    set either keyword to anything else gets a TypeError."""
+def client_kwargs(**options: Any) -> dict[str, Any]:
+    """The keyword arguments that put greenpool's pools under a ``MongoClient``.
+
+    For a client a framework builds from keyword arguments it passes through
+    (Flask-PyMongo's ``PyMongo(app, uri, **kwargs)``, MongoEngine's
+    ``connect(**kwargs)``, a Django backend's ``OPTIONS``): ``options``, plus
+    what :class:`~greenpool.pymongo.MongoClient` sets itself, so the
+    application never names PyMongo's private keywords. The application pools
+    become :class:`~greenpool.pymongo.GreenPool` (FIFO waits, kill safety) and
+    server selection waits on :class:`~greenpool.pymongo.KillSafeCondition`.
+    The pools refuse to start unless gevent has monkey-patched ``threading``.
+
+    Raises :class:`TypeError` if ``options`` sets either of those keywords to
+    something else.
+    """
+    kwargs = dict(options)
     for keyword, ours in (("_pool_class", pool_factory),
                           ("_condition_class", KillSafeCondition)):
         if kwargs.setdefault(keyword, ours) is not ours:
-            raise TypeError(f"greenpool.pymongo.MongoClient sets {keyword} itself")
+            raise TypeError(
+                f"greenpool.pymongo sets {keyword} itself, to {ours.__qualname__}; "
+                f"got {kwargs[keyword]!r}")
     return kwargs
