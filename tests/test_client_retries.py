@@ -25,13 +25,9 @@ from tests.events import AllEvents
 from tests.failpoints import failpoint
 from tests.fake_server import HANG_UP, FakeServer, Request
 from tests.lb_proxy import LBCluster
+from tests.servers import with_options
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def with_options(uri: str, **options: Any) -> str:
-    query = "&".join(f"{key}={value}" for key, value in options.items())
-    return f"{uri}{'&' if '?' in uri else '?'}{query}"
 
 
 def fail(app_name: str, commands: list[str], times: int = 1, **data: Any) -> dict[str, Any]:

@@ -27,14 +27,9 @@ from greenpool.client.topology import MIN_HEARTBEAT_FREQUENCY
 from tests.events import AllEvents
 from tests.fake_server import FakeServer, Request
 from tests.lb_proxy import LBCluster, LBProxy
-from tests.servers import ServerProcess
+from tests.servers import ServerProcess, with_options
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def with_options(uri: str, **options: Any) -> str:
-    query = "&".join(f"{key}={value}" for key, value in options.items())
-    return f"{uri}{'&' if '?' in uri else '?'}{query}"
 
 
 @pytest.fixture(scope="module")
