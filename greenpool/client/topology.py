@@ -395,6 +395,10 @@ class Monitor:
         """One check; whatever fails in it (connecting, the hello, parsing the
         reply, applying it) is a failed check, reported with that error."""
         topology = self._topology
+        if self._pid != os.getpid():
+            # Forked without Python's at-fork hooks (uWSGI forks its workers
+            # so): the monitoring connection is the parent's.
+            self._forget_parent_checker()
         # Requests made until now are answered by this check; those made
         # while it is in flight are ignored (SDAM's "requesting an immediate
         # check"): whoever still needs one asks again when it completes.
