@@ -4,7 +4,7 @@
 
 The plot goes to ``--png``, by default ``benchmarks/results/bench-waits.png`` (ignored by git).
 
-Starts its own SecantusDB on 127.0.0.1 (:class:`greenpool.tools.embedded.EmbeddedServer`)
+Starts its own SecantusDB on 127.0.0.1 (:class:`greenpool.cli.embedded.EmbeddedServer`)
 unless ``--uri`` is given, and measures, side by side in one run:
 
 1. ``greenpool``: a :class:`greenpool.Client`;
@@ -402,7 +402,7 @@ def server(uri: str | None) -> Iterator[str]:
     if uri:
         yield uri
         return
-    from greenpool.tools.embedded import EmbeddedServer
+    from greenpool.cli.embedded import EmbeddedServer
 
     with EmbeddedServer() as embedded:
         yield embedded.uri

@@ -4,8 +4,10 @@
     python3 devtools/dev.py demo    # the main job: a demo (see README.rst)
     python3 devtools/dev.py test    # ruff, mypy --strict, the whole test suite
     python3 devtools/dev.py bench   # the benchmarks (not part of the tests); --quick
+    python3 devtools/dev.py faults  # restarts, partitions, stepdowns per route (not a test)
     python3 devtools/dev.py pymongo-suite [VERSION]  # PyMongo's own tests, stock vs greenpool
     python3 devtools/dev.py cooperative   # the hub-block test, slow servers, its table
+    python3 devtools/dev.py gevent-matrix [VERSION...]  # greenpool's tests on each gevent
     python3 devtools/dev.py drift   # the suite on the newest versions allowed, vs the lock
     python3 devtools/dev.py lock    # write constraints.txt anew from the newest versions
 
@@ -20,6 +22,12 @@ without its dependencies, into ``.venv-pymongo/<version>`` and put first on the
 main environment's PYTHONPATH. Extra arguments after ``test`` go to pytest, and
 skip the matrix; after ``demo`` and ``bench``, to the demo and to
 benchmarks/bench.py.
+
+``gevent-matrix`` runs GEVENT_TESTS on the latest patch of every gevent minor release
+from the floor setup.cfg requires to the newest (GEVENT_MATRIX; the main environment's
+own release is the test command's), each installed the same way into
+``.venv-gevent/<version>``, and ends with a table of results and times; CI runs it after
+``test``.
 
 ``drift`` resolves the newest versions the package allows into ``.venv-drift``
 (the lock not applied), prints what changed against the lock, runs the test
@@ -37,6 +45,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 import venv
 from datetime import date
 from pathlib import Path
@@ -58,11 +67,33 @@ URI_TESTS = ("tests/test_uri.py", "tests/test_uri_options.py")
 BASE_TESTS = ("tests/test_client.py", "tests/test_pool.py", "tests/test_cmap_spec.py",
               "tests/test_read_preference.py", "tests/test_timeouts.py", "tests/test_csot_spec.py",
               "tests/test_hostile.py", "tests/test_metrics.py", "tests/test_sdam_logging.py",
-              "tests/test_lb_audit.py", "tests/test_uri_options.py", "tests/test_cmap_logging.py")
+              "tests/test_lb_audit.py", "tests/test_cmap_logging.py", "tests/test_retries.py",
+              "tests/test_client_retries.py", "tests/test_dns.py")
 # The latest patch of every PyMongo minor release greenpool.pymongo supports
 # (greenpool.pymongo.SUPPORTED_PYMONGO; tests/test_pymongo_pool.py checks they agree).
 PYMONGO_MATRIX = ("4.9.2", "4.10.1", "4.11.3", "4.12.1", "4.13.2", "4.14.1", "4.15.5",
                   "4.16.0", "4.17.0", "4.18.3", "4.19.0", "4.20.1")
+GEVENT_OVERLAYS = ROOT / ".venv-gevent"
+#: The latest patch of every gevent minor release with a wheel for Python 3.11, from the
+#: floor setup.cfg requires (tests/test_packaging.py checks they agree) to the newest, the
+#: lock's; each with what its overlay needs besides gevent itself. gevent 22.10 loads its
+#: own plugins through pkg_resources, which does not find the locked zope packages under
+#: their normalized distribution names: its overlay has zope releases of its time.
+GEVENT_MATRIX: dict[str, tuple[str, ...]] = {
+    "22.10.2": ("zope.interface==6.4.post2", "zope.event==5.0"),
+    "23.7.0": (), "23.9.1": (), "24.2.1": (), "24.10.3": (), "24.11.1": (), "25.4.2": (),
+    "25.5.1": (), "25.8.2": (), "25.9.1": (), "26.4.0": (), "26.5.0": (), "26.7.0": (),
+    "26.8.0": (), "26.9.0": (),
+}
+#: What each gevent release runs: the pool, its wait queue, kills at every yield point,
+#: fork, maintenance and fair turns, the CMAP spec, the Client with its sockets and
+#: timeouts, the PyMongo adapter, and a preforking server's gevent workers (uWSGI's; the
+#: gunicorn test stays in the main run, as gunicorn 24 on refuses gevent before 24.10.1).
+GEVENT_TESTS = ("tests/test_pool.py", "tests/test_waitqueue.py", "tests/test_kill_safety.py",
+                "tests/test_fork.py", "tests/test_maintenance.py", "tests/test_fair_turns.py",
+                "tests/test_cmap_spec.py", "tests/test_client.py", "tests/test_timeouts.py",
+                "tests/test_link.py", "tests/test_pymongo_pool.py", "tests/test_pymongo_client.py",
+                "tests/test_uwsgi.py")
 
 
 def run(*args: str | Path, env: dict[str, str] | None = None) -> None:
@@ -93,23 +124,33 @@ def setup(where: Path = VENV, *, extras: str = "test", locked: bool = True) -> P
     return python
 
 
-def overlay(version: str) -> Path:
-    """``.venv-pymongo/<version>``: that PyMongo (with its bson and gridfs) alone,
-    installed once; put first on PYTHONPATH it shadows the main environment's."""
-    where = OVERLAYS / version
+def overlay(where: Path, *requirements: str) -> Path:
+    """``where``: the ``requirements`` alone (no dependencies), installed once; put
+    first on PYTHONPATH, they shadow the main environment's own versions."""
     stamp = where / ".greenpool-installed"
-    if stamp.exists():
+    wanted = " ".join(requirements)
+    if stamp.exists() and stamp.read_text() == wanted:
         return where
-    if where.exists():  # an install that did not finish
+    if where.exists():  # an install that did not finish, or of other requirements
         shutil.rmtree(where)
     run(PYTHON, "-m", "pip", "install", "--quiet", "--no-deps", "--target", where,
-        f"pymongo=={version}")
-    stamp.write_text(version)
+        *requirements)
+    stamp.write_text(wanted)
     return where
 
 
+def pymongo_overlay(version: str) -> Path:
+    """``.venv-pymongo/<version>``: that PyMongo (with its bson and gridfs)."""
+    return overlay(OVERLAYS / version, f"pymongo=={version}")
+
+
+def first_on_path(env: dict[str, str], where: Path) -> dict[str, str]:
+    return dict(env, PYTHONPATH=os.pathsep.join(
+        [str(where), *filter(None, [env.get("PYTHONPATH")])]))
+
+
 def demo(args: list[str]) -> None:
-    run(PYTHON, "-m", "greenpool.tools.demo", *args)
+    run(PYTHON, "-m", "greenpool.cli.demo", *args)
 
 
 def test(args: list[str]) -> None:
@@ -127,17 +168,52 @@ def test(args: list[str]) -> None:
             continue  # the run above
         tests = ADAPTER_TESTS + URI_TESTS + (BASE_TESTS if version == PYMONGO_MATRIX[0] else ())
         print(f"+ with pymongo {version}: {' '.join(tests)}", flush=True)
-        where = overlay(version)
-        matrix_env = dict(env, PYTHONPATH=os.pathsep.join(
-            [str(where), *filter(None, [env.get("PYTHONPATH")])]))
+        matrix_env = first_on_path(env, pymongo_overlay(version))
         run(PYTHON, "-c", f"import pymongo; assert pymongo.version == {version!r}, "
             "pymongo.__file__", env=matrix_env)
         run(PYTHON, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests, env=matrix_env)
 
 
+def gevent_matrix(args: list[str]) -> None:
+    """GEVENT_TESTS on every release of GEVENT_MATRIX (or those named) but the main
+    environment's own (the test command runs the whole suite on that one), each
+    installed once, without its dependencies, into ``.venv-gevent/<version>`` and put
+    first on the main environment's PYTHONPATH; a table of the results and times."""
+    unknown = [version for version in args if version not in GEVENT_MATRIX]
+    if unknown:
+        sys.exit(f"not in GEVENT_MATRIX: {', '.join(unknown)}")
+    installed = subprocess.run([str(PYTHON), "-c", "import gevent; print(gevent.__version__)"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    rows = []
+    for version in args or [v for v in GEVENT_MATRIX if v != installed]:
+        where = overlay(GEVENT_OVERLAYS / version, f"gevent=={version}", *GEVENT_MATRIX[version])
+        matrix_env = first_on_path(env, where)
+        run(PYTHON, "-c", f"import gevent; assert gevent.__version__ == {version!r}, "
+            "gevent.__file__", env=matrix_env)
+        print(f"+ with gevent {version}: {' '.join(GEVENT_TESTS)}", flush=True)
+        started = time.monotonic()
+        result = subprocess.run([str(PYTHON), "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                                 *GEVENT_TESTS], cwd=ROOT, env=matrix_env)
+        rows.append((version, result.returncode, time.monotonic() - started))
+    print(f"\ngevent   result   time (s)   ({installed}: the main environment's, "
+          "in the test command)")
+    for version, code, seconds in rows:
+        print(f"{version:8} {'passed' if code == 0 else f'FAILED ({code})':8} {seconds:8.0f}")
+    failed = sum(1 for _, code, _ in rows if code)
+    print(f"total: {sum(seconds for *_, seconds in rows) / 60:.1f} min")
+    print(f"gevent matrix: {len(rows) - failed} passed, {failed} failed")
+    sys.exit(bool(failed))
+
+
 def bench(args: list[str]) -> None:
     python = setup(VENV, extras="test,bench")  # matplotlib for the plot
     run(python, "benchmarks/bench.py", *args)
+
+
+def faults(args: list[str]) -> None:
+    """The fault benchmark (benchmarks/bench_faults.py; --help)."""
+    run(PYTHON, "benchmarks/bench_faults.py", *args)
 
 
 def pymongo_suite(args: list[str]) -> None:
@@ -258,7 +334,8 @@ def pymongo_releases_beyond_matrix(python: Path) -> list[str]:
     return found
 
 
-JOBS = {"bench": bench, "cooperative": cooperative, "demo": demo, "drift": drift, "lock": lock,
+JOBS = {"bench": bench, "cooperative": cooperative, "demo": demo, "drift": drift,
+        "faults": faults, "gevent-matrix": gevent_matrix, "lock": lock,
         "pymongo-suite": pymongo_suite, "test": test}
 
 

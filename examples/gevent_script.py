@@ -14,7 +14,7 @@ import sys
 import gevent
 
 import greenpool
-from greenpool.tools.embedded import EmbeddedServer
+from greenpool.cli.embedded import EmbeddedServer
 
 
 def main(uri: str) -> None:

@@ -14,7 +14,7 @@ import logging
 import sys
 
 import greenpool
-from greenpool.tools.embedded import EmbeddedServer
+from greenpool.cli.embedded import EmbeddedServer
 
 
 class JSONLines(logging.Handler):

@@ -18,7 +18,7 @@ from typing import Any
 from gevent.pywsgi import WSGIServer
 
 import greenpool
-from greenpool.tools.embedded import EmbeddedServer
+from greenpool.cli.embedded import EmbeddedServer
 
 
 def make_app(client: greenpool.Client) -> Any:

@@ -1,15 +1,15 @@
 """``python -m greenpool COMMAND``: greenpool's command line.
 
-Rules of this module: parsing the command line and dispatching to a tool; each command's
-work lives in :mod:`greenpool.tools`.
+Rules of this module: parsing the command line and dispatching to a command; each command's
+work lives in :mod:`greenpool.cli`.
 
 Commands:
 
 ``check URI``
-    connect to MongoDB as greenpool would and report (see :mod:`greenpool.tools.check`).
+    connect to MongoDB as greenpool would and report (see :mod:`greenpool.cli.check`).
 ``server [--port N] [--replset] [--auth USER:PASS] [--tls]``
     run an embedded SecantusDB on 127.0.0.1 in the foreground until Ctrl-C or
-    SIGTERM, printing its URI (see :mod:`greenpool.tools.embedded`; needs the
+    SIGTERM, printing its URI (see :mod:`greenpool.cli.embedded`; needs the
     ``demo`` extra).
 """
 
@@ -30,11 +30,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(USAGE)
         return 0 if args else 2
     if args[0] == "check":
-        from greenpool.tools.check import main as check
+        from greenpool.cli.check import main as check
 
         return check(args[1:])
     if args[0] == "server":
-        from greenpool.tools.embedded import main as server
+        from greenpool.cli.embedded import main as server
 
         return server(args[1:])
     print(f"greenpool: unknown command {args[0]!r}\n{USAGE}", file=sys.stderr)

@@ -55,6 +55,17 @@ Failure switches, per backend:
   connections given to the backend are accepted and closed at once, as an L4 balancer does
   when its backend refuses the connection; ``"blackhole"``: they are held open and never
   answered (connect timeouts). Round robin still counts the backend (no health checks).
+- :meth:`LBProxy.partition` / :meth:`LBProxy.heal`: a network partition that heals: no
+  byte moves in either direction on the backend's connections, old or new, until it
+  heals; then what was held goes through (as TCP delivers it after a partition), and new
+  connections held meanwhile reach the backend.
+
+``relay_only=True`` makes it a plain TCP relay in front of one server: no hello is
+inspected or rewritten, for clients that connect directly (``uri`` says
+``directConnection=true``). The failover tests and ``benchmarks/bench_faults.py`` put it
+in front of a server to reset or partition every connection at once. Each backend counts
+its connections for them: ``accepted_at`` (when each was accepted, ``time.monotonic()``)
+and ``peak_open``.
 """
 
 from __future__ import annotations
@@ -63,6 +74,7 @@ import contextlib
 import itertools
 import socket
 import struct
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -72,6 +84,7 @@ import bson
 import gevent
 from bson.objectid import ObjectId
 from gevent import socket as gsocket
+from gevent.event import Event
 from gevent.pool import Group
 
 from greenpool.errors import ProtocolError
@@ -316,6 +329,12 @@ class Backend:
     #: Connections closed by :meth:`LBProxy.kill_connections`.
     killed: int = 0
     connections: set[ProxiedConnection] = field(default_factory=set)
+    #: When each client connection was accepted (``time.monotonic()``).
+    accepted_at: list[float] = field(default_factory=list)
+    #: The most client connections open at once.
+    peak_open: int = 0
+    #: Set while bytes flow; cleared by :meth:`LBProxy.partition`.
+    flowing: Event = field(default_factory=lambda: _set(Event()))
 
     @property
     def open(self) -> int:
@@ -331,7 +350,14 @@ class Backend:
             "open": self.open,
             "rejected": self.rejected,
             "killed": self.killed,
+            "peak_open": self.peak_open,
+            "partitioned": not self.flowing.is_set(),
         }
+
+
+def _set(event: Event) -> Event:
+    event.set()
+    return event
 
 
 class ProxiedConnection:
@@ -373,6 +399,7 @@ class ProxiedConnection:
                 while self.client.recv(_CHUNK):
                     pass
                 return
+            backend.flowing.wait()  # a partition holds new connections too
             try:
                 self.upstream = gsocket.create_connection(
                     backend.address, timeout=self.proxy.connect_timeout
@@ -409,7 +436,7 @@ class ProxiedConnection:
 
     def _client_to_server(self) -> None:
         with contextlib.suppress(PeerClosed, OSError):
-            while self._hello_id is None:
+            while self._hello_id is None and not self.proxy.relay_only:
                 header, body, raw = read_message(self.client)
                 hello = parse_hello(header, body)
                 if hello is None:
@@ -421,18 +448,20 @@ class ProxiedConnection:
                     self.client.sendall(rejection(hello))
                     return
                 self._hello_id = header.request_id
+                self.backend.flowing.wait()
                 self.upstream.sendall(without_compression(hello) or raw)
-            _relay(self.client, self.upstream)
+            _relay(self.client, self.upstream, self.backend.flowing)
 
     def _server_to_client(self) -> None:
         with contextlib.suppress(PeerClosed, OSError):
-            while not self._handshake_done:
+            while not self._handshake_done and not self.proxy.relay_only:
                 header, body, raw = read_message(self.upstream)
                 if self._hello_id is not None and header.response_to == self._hello_id:
                     self._handshake_done = True
                     raw = with_service_id(header, body, self.service_id) or raw
+                self.backend.flowing.wait()
                 self.client.sendall(raw)
-            _relay(self.upstream, self.client)
+            _relay(self.upstream, self.client, self.backend.flowing)
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else "open"
@@ -442,11 +471,12 @@ class ProxiedConnection:
         )
 
 
-def _relay(source: Any, target: Any) -> None:
+def _relay(source: Any, target: Any, flowing: Event) -> None:
     while True:
         data = source.recv(_CHUNK)
         if not data:
             return
+        flowing.wait()  # held during a partition, delivered once it heals
         target.sendall(data)
 
 
@@ -457,6 +487,8 @@ class LBProxy:
         services in front of one server).
     :param service_ids: each backend's ``serviceId``; new ObjectIds by default.
     :param connect_timeout: seconds to connect to a backend before giving up on a client.
+    :param relay_only: relay bytes only, inspecting no hello (a TCP proxy in front of a
+        server that clients connect to directly).
     """
 
     def __init__(
@@ -465,6 +497,7 @@ class LBProxy:
         *,
         service_ids: Sequence[ObjectId] | None = None,
         connect_timeout: float = 5.0,
+        relay_only: bool = False,
     ) -> None:
         if not backends:
             raise ValueError("a load balancer needs at least one backend")
@@ -479,6 +512,7 @@ class LBProxy:
             )
         ]
         self.connect_timeout = connect_timeout
+        self.relay_only = relay_only
         self._next = itertools.cycle(self.backends)
         self._listener: Any = None
         self._acceptor: gevent.Greenlet | None = None
@@ -500,8 +534,10 @@ class LBProxy:
 
     @property
     def uri(self) -> str:
-        """``mongodb://127.0.0.1:<port>/?loadBalanced=true``."""
-        return f"mongodb://{HOST}:{self.port}/?loadBalanced=true"
+        """``mongodb://127.0.0.1:<port>/?loadBalanced=true`` (``directConnection=true``
+        for a ``relay_only`` proxy)."""
+        option = "directConnection" if self.relay_only else "loadBalanced"
+        return f"mongodb://{HOST}:{self.port}/?{option}=true"
 
     # -- life cycle -----------------------------------------------------------------------
 
@@ -527,6 +563,8 @@ class LBProxy:
         if self._listener is not None:
             self._listener.close()
             self._listener = None
+        for backend in self.backends:
+            backend.flowing.set()  # nothing stays held
         self._group.kill(timeout=10)
         for backend in self.backends:
             for conn in list(backend.connections):
@@ -601,6 +639,14 @@ class LBProxy:
             raise ValueError(f"unknown mode {mode!r}")
         self.backends[backend].mode = mode
 
+    def partition(self, backend: int) -> None:
+        """Stop every byte to and from ``backend`` (its connections stay open)."""
+        self.backends[backend].flowing.clear()
+
+    def heal(self, backend: int) -> None:
+        """End a partition: what was held goes through."""
+        self.backends[backend].flowing.set()
+
     @contextlib.contextmanager
     def unreachable(self, backend: int, mode: Mode = "refuse") -> Iterator[Backend]:
         """``backend`` in ``mode`` for the ``with`` block (new connections only), then up."""
@@ -626,11 +672,13 @@ class LBProxy:
             client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             backend = next(self._next)
             backend.accepted += 1
+            backend.accepted_at.append(time.monotonic())
             conn = ProxiedConnection(self, client, client_address, backend)
             self._by_client_port[client_address[1]] = conn
             # Registered now, not when its greenlet first runs: the counters are exact as
             # soon as the proxy has accepted (once a first round trip went through).
             backend.connections.add(conn)
+            backend.peak_open = max(backend.peak_open, backend.open)
             self._group.spawn(conn.serve)
 
     def __repr__(self) -> str:

@@ -46,6 +46,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,7 +61,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from pymongo import MongoClient
 from pymongo.errors import PyMongoError
 
-from greenpool.tools.embedded import free_port, secantusd_executable
+from greenpool.cli.embedded import free_port, secantusd_executable
 
 HOST = "127.0.0.1"
 TEST_URI_VARIABLE = "GREENPOOL_TEST_URI"
@@ -710,3 +711,15 @@ class TLSServer:
     @property
     def port(self) -> int:
         return self.server.port
+
+
+def with_options(uri: str, **options: Any) -> str:
+    """``uri`` with ``options`` added to its query (name=value, as given)."""
+    query = "&".join(f"{key}={value}" for key, value in options.items())
+    separator = "&" if "?" in uri else ("?" if uri.endswith("/") else "/?")
+    return f"{uri}{separator}{query}"
+
+
+def unique(prefix: str) -> str:
+    """A name no other test uses: ``prefix`` and 8 random hex digits."""
+    return f"{prefix}_{uuid.uuid4().hex[:8]}"

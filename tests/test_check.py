@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from greenpool.tools.check import EXIT_CODES, main, redact_uri
+from greenpool.cli.check import EXIT_CODES, main, redact_uri
 from tests.servers import AuthServer, TLSServer, User, free_port
 
 ROOT = Path(__file__).resolve().parents[1]

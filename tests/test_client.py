@@ -9,7 +9,6 @@ import contextlib
 import gc
 import random
 import time
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -31,18 +30,9 @@ from greenpool import Client, ConfigurationError, PoolClearedError
 from greenpool.errors import AuthenticationError
 from tests.events import AllEvents
 from tests.failpoints import failpoint
-from tests.servers import ServerProcess
+from tests.servers import ServerProcess, unique, with_options
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def with_options(uri: str, **options: Any) -> str:
-    query = "&".join(f"{key}={value}" for key, value in options.items())
-    return f"{uri}{'&' if '?' in uri else '?'}{query}"
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}_{uuid.uuid4().hex[:8]}"
 
 
 @pytest.fixture

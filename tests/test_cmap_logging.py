@@ -24,7 +24,7 @@ from greenpool.pool.options import CMAP_OPTIONS, SPEC_NAMES
 from tests.cmap_runner import SPEC_DIR
 from tests.events import AllEvents
 from tests.logging_unified import LoggingRunner
-from tests.servers import ADMIN, AuthServer, ServerProcess, User
+from tests.servers import ADMIN, AuthServer, ServerProcess, User, with_options
 from tests.unified_match import load_cases
 
 pytestmark = pytest.mark.timeout(60)
@@ -43,11 +43,6 @@ DEPRECATED_SKIP = (
     "that 'MUST NOT be implemented if they do not already exist in a driver', and the pool "
     "created message includes them 'only ... if the driver supports this option'; greenpool "
     "never had them (it refuses them, naming them)")
-
-
-def with_options(uri: str, **options: Any) -> str:
-    query = "&".join(f"{key}={value}" for key, value in options.items())
-    return f"{uri}{'&' if '?' in uri else '?'}{query}"
 
 
 @pytest.fixture(scope="module")

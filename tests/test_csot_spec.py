@@ -25,6 +25,8 @@ RUN = [
     "global-timeoutMS.json",
     "legacy-timeouts.json",
     "non-tailable-cursors.json",
+    "retryability-legacy-timeouts.json",
+    "retryability-timeoutMS.json",
     "override-collection-timeoutMS.json",
     "override-database-timeoutMS.json",
     "override-operation-timeoutMS.json",
@@ -45,8 +47,6 @@ NOT_APPLICABLE = {
     "gridfs-download.json": "greenpool has no GridFS API",
     "gridfs-find.json": "greenpool has no GridFS API",
     "gridfs-upload.json": "greenpool has no GridFS API",
-    "retryability-legacy-timeouts.json": "greenpool.Client does not retry operations",
-    "retryability-timeoutMS.json": "greenpool.Client does not retry operations",
     "tailable-awaitData.json": "greenpool.Client has no maxAwaitTimeMS for awaitData cursors",
 }
 # Single cases that do not apply, by id, with the reason.

@@ -1,4 +1,4 @@
-"""The embedded server (greenpool.tools.embedded) and ``python -m greenpool server``: quick stops,
+"""The embedded server (greenpool.cli.embedded) and ``python -m greenpool server``: quick stops,
 no server outliving the process that started it, nothing left on disk."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 import greenpool
+from greenpool.cli.embedded import EmbeddedServer
 from greenpool.errors import ConfigurationError
-from greenpool.tools.embedded import EmbeddedServer
 from greenpool.wire.connector import connect
 from greenpool.wire.link import LinkOptions
 
@@ -94,7 +94,7 @@ def test_a_taken_port_is_refused() -> None:
 
 PARENT = textwrap.dedent("""
     import sys, time
-    from greenpool.tools.embedded import EmbeddedServer
+    from greenpool.cli.embedded import EmbeddedServer
     with EmbeddedServer() as server:
         print(server.pid, server._directory, flush=True)
         time.sleep(120)

@@ -24,7 +24,7 @@ def run(*args: str, env: dict[str, str] | None = None) -> str:
 
 def test_demo_with_an_embedded_server() -> None:
     env = {k: v for k, v in os.environ.items() if k != "MONGODB_URI"}
-    out = run("-m", "greenpool.tools.demo", "--greenlets", "200", "--operations", "5", env=env)
+    out = run("-m", "greenpool.cli.demo", "--greenlets", "200", "--operations", "5", env=env)
     assert "starting an embedded SecantusDB on 127.0.0.1" in out
     assert "operations               1000" in out
     assert "ConnectionCheckedOutEvent" in out and "PoolReadyEvent" in out
@@ -39,14 +39,14 @@ def test_demo_with_an_embedded_server() -> None:
 
 
 def test_demo_with_a_uri(mongodb_uri: str) -> None:
-    out = run("-m", "greenpool.tools.demo", "--uri", mongodb_uri, "--greenlets", "20",
+    out = run("-m", "greenpool.cli.demo", "--uri", mongodb_uri, "--greenlets", "20",
               "--operations", "3", "--pool-size", "2")
     assert "embedded" not in out
     assert "maxPoolSize=2" in out and "operations               60" in out
 
 
 def test_demo_refuses_bad_sizes() -> None:
-    result = subprocess.run([sys.executable, "-m", "greenpool.tools.demo", "--greenlets", "0"],
+    result = subprocess.run([sys.executable, "-m", "greenpool.cli.demo", "--greenlets", "0"],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
     assert "--greenlets must be at least 1, not 0" in result.stderr

@@ -7,10 +7,13 @@ The fork runs in a subprocess so the test process's own hub is untouched.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+
+from tests.servers import with_options
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -90,8 +93,6 @@ def test_a_forked_child_starts_clean_and_leaves_the_parent_alone() -> None:
     done = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True,
                           timeout=60, cwd=ROOT)
     assert done.returncode == 0, done.stdout + done.stderr
-    import json
-
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["status"] == 0
     assert "PoolClearedError" in report["establishing"], "establishment in the child interrupted"
@@ -102,3 +103,69 @@ def test_a_forked_child_starts_clean_and_leaves_the_parent_alone() -> None:
     assert report["after"] == [1, 1]
     assert report["cleared_events"] == 1
     assert report["parent_stats"][1] == 0, "the parent's pool is not cleared"
+
+
+# A fork as uWSGI makes it: libc's fork(), so none of Python's at-fork hooks run, then
+# gevent.reinit() in the child. Parent and child each check the server every 500 ms
+# and ping it for two seconds; neither may see a failed heartbeat or a clear.
+RAW_FORK = textwrap.dedent("""
+    from gevent import monkey
+    monkey.patch_all()
+
+    import ctypes, json, os, sys, time
+    import gevent
+    import greenpool
+    from pymongo import monitoring
+
+    class Heartbeats(monitoring.ServerHeartbeatListener):
+        def __init__(self):
+            self.failed = []
+        def started(self, event): pass
+        def succeeded(self, event): pass
+        def failed(self, event):
+            self.failed.append(repr(event.reply))
+
+    heartbeats = Heartbeats()
+    client = greenpool.Client(sys.argv[1], event_listeners=[heartbeats])
+    client.command("admin", {"ping": 1})
+    gevent.sleep(0.6)  # the monitoring connection is open and in use
+
+    def run(role):
+        errors = []
+        until = time.monotonic() + 2.0
+        while time.monotonic() < until:
+            try:
+                client.command("admin", {"ping": 1})
+            except Exception as error:
+                errors.append(repr(error))
+            gevent.sleep(0.02)
+        return {"role": role, "errors": errors, "failed_heartbeats": heartbeats.failed,
+                "generation": client.pool.stats().generation}
+
+    reader, writer = os.pipe()
+    pid = ctypes.CDLL(None).fork()
+    if pid == 0:
+        gevent.reinit()
+        os.write(writer, json.dumps(run("child")).encode())
+        os._exit(0)
+    parent = run("parent")
+    os.close(writer)
+    _, status = os.waitpid(pid, 0)
+    print(json.dumps([parent, json.loads(os.read(reader, 65536)), status]))
+""")
+
+
+def test_a_fork_without_pythons_hooks_still_gives_the_child_its_own_monitor(
+    mongodb_uri: str,
+) -> None:
+    uri = with_options(mongodb_uri, heartbeatFrequencyMS=500)
+    done = subprocess.run([sys.executable, "-c", RAW_FORK, uri], capture_output=True,
+                          text=True, timeout=60, cwd=ROOT)
+    assert done.returncode == 0, done.stdout + done.stderr
+    parent, child, status = json.loads(done.stdout.strip().splitlines()[-1])
+    assert status == 0
+    for report in (parent, child):
+        assert report["errors"] == [], report
+        assert report["failed_heartbeats"] == [], report
+    # The child's pool starts a new generation once, at the fork; a clear would add one.
+    assert (parent["generation"], child["generation"]) == (0, 1)

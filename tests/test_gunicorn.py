@@ -23,6 +23,7 @@ import pytest
 
 from tests.failpoints import failpoint
 from tests.gunicorn_run import gunicorn, http_get
+from tests.servers import unique, with_options
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "gunicorn"
 WORKERS = 4
@@ -102,9 +103,8 @@ def test_sigusr2_logs_who_holds_a_workers_pool(mongodb_uri: str, tmp_path: Path)
     post_worker_init) writes the worker's pool report to gunicorn's log: a
     request whose command the server holds for 3 s is named, with its line
     in app.py; the other workers report their idle pools."""
-    app_name = "gunicorn_holds"
-    separator = "&" if "?" in mongodb_uri else ("?" if mongodb_uri.endswith("/") else "/?")
-    uri = f"{mongodb_uri}{separator}maxPoolSize=10&appName={app_name}"
+    app_name = unique("gunicorn_holds")
+    uri = with_options(mongodb_uri, maxPoolSize=10, appName=app_name)
     log = tmp_path / "gunicorn.log"
     block = {"configureFailPoint": "failCommand", "mode": {"times": 1},
              "data": {"failCommands": ["whatsmyuri"], "appName": app_name,

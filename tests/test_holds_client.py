@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import sys
 import urllib.request
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -25,14 +24,10 @@ from greenpool import Client, Cursor, WaitQueueTimeoutError
 from greenpool.pool.holds import Site
 from tests.failpoints import failpoint
 from tests.lb_proxy import LBCluster
+from tests.servers import unique, with_options
 
 pytestmark = pytest.mark.timeout(60)
 HERE = __file__
-
-
-def with_options(uri: str, **options: Any) -> str:
-    query = "&".join(f"{key}={value}" for key, value in options.items())
-    return f"{uri}{'&' if '?' in uri else '?'}{query}"
 
 
 def here() -> int:
@@ -58,7 +53,7 @@ def show(error: BaseException) -> None:
 
 @pytest.fixture
 def app_name() -> str:
-    return f"holds_{uuid.uuid4().hex[:8]}"
+    return unique("holds")
 
 
 class Sites:
@@ -194,7 +189,7 @@ def checkout_view(client: Client, payment_url: str, sites: CheckoutSites) -> Non
 def test_an_http_call_inside_a_transaction_is_named(lb: LBCluster, slow_http: str) -> None:
     with Client(with_options(lb.uri, maxPoolSize=1, waitQueueTimeoutMS=300),
                 acquire_sites=True) as client:
-        client.command("shop", {"create": f"orders_{uuid.uuid4().hex[:6]}"})
+        client.command("shop", {"create": unique("orders")})
         sites = CheckoutSites()
         view = named("checkout-view", checkout_view, client, slow_http, sites)
         until(lambda: sites.http != 0)

@@ -37,12 +37,12 @@ from pymongo.errors import (
 )
 
 from greenpool import Client, Pool
+from greenpool.cli.check import EXIT_CODES
+from greenpool.cli.check import main as check_main
 from greenpool.client import client as client_module
 from greenpool.client import topology as topology_module
 from greenpool.client.uri import parse_uri, redact_uri, uri_secrets
 from greenpool.errors import AuthenticationError, ConfigurationError, NotMongoDBError
-from greenpool.tools.check import EXIT_CODES
-from greenpool.tools.check import main as check_main
 from greenpool.wire import auth as auth_module
 from greenpool.wire.auth import MAX_ITERATIONS, Credentials
 from greenpool.wire.connector import connect, establishment_deadline, handshake_completed

@@ -6,7 +6,7 @@ greenpool is built in layers (docs/architecture.rst):
 - ``greenpool.pool``: the pool core, with no socket code;
 - ``greenpool.wire``: the wire protocol, the handshake, authentication and sockets;
 - ``greenpool.client``: ``greenpool.Client``, its topology, operations, sessions and cursors;
-- ``greenpool.tools``: ``python -m greenpool check|server``, the demo, the embedded server;
+- ``greenpool.cli``: ``python -m greenpool check|server``, the demo, the embedded server;
 - beside the client, the PyMongo adapter ``greenpool.pymongo`` and the OpenTelemetry
   instrumentation ``greenpool.otel``, which both build on the pool core only.
 
@@ -30,10 +30,10 @@ ALLOWED: dict[str, set[str]] = {
     "pool": {"base"},
     "wire": {"base", "pool"},
     "client": {"base", "pool", "wire"},
-    "tools": {"base", "pool", "wire", "client"},
+    "cli": {"base", "pool", "wire", "client"},
     "pymongo": {"base", "pool"},
     "otel": {"base", "pool"},
-    "facade": {"base", "pool", "wire", "client", "tools", "pymongo", "otel"},
+    "facade": {"base", "pool", "wire", "client", "cli", "pymongo", "otel"},
 }
 BASE = {"greenpool.errors", "greenpool.address", "greenpool._version"}
 FACADE = {"greenpool", "greenpool.__main__"}

@@ -43,8 +43,8 @@ def sent_lsids(events: AllEvents) -> list[Any]:
 
 def age_idle_sessions(client: Client, seconds: float) -> None:
     """Pretend the client's idle server sessions were last used ``seconds`` ago."""
-    client._operations._server_sessions = [
-        (lsid, used - seconds) for lsid, used in client._operations._server_sessions]
+    for server_session in client._operations._server_sessions:
+        server_session.last_used -= seconds
 
 
 # -- sessions ---------------------------------------------------------------------------

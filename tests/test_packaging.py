@@ -7,6 +7,7 @@ index pip is configured with), where greenpool imports, reports the version kept
 
 from __future__ import annotations
 
+import configparser
 import shutil
 import subprocess
 import sys
@@ -59,7 +60,7 @@ def test_sdist_contents(dists: tuple[Path, Path]) -> None:
         names = set(archive.getnames())
     for name in ("README.rst", "CHANGELOG.rst", "setup.cfg", "pyproject.toml",
                  "greenpool/__init__.py", "greenpool/_version.py", "greenpool/py.typed",
-                 "greenpool/tools/check.py", "docs/conf.py", "docs/index.rst"):
+                 "greenpool/cli/check.py", "docs/conf.py", "docs/index.rst"):
         assert f"{top}/{name}" in names, name
 
 
@@ -89,8 +90,27 @@ def test_wheel_installs_and_runs(dists: tuple[Path, Path],
     version, location = out.split()
     assert version == __version__
     assert location.startswith(str(env))
-    out = _run(python, "-m", "greenpool.tools.demo", "--greenlets", "20", "--operations", "2",
+    out = _run(python, "-m", "greenpool.cli.demo", "--greenlets", "20", "--operations", "2",
                cwd=tmp_path)
     assert "ConnectionCheckedOutEvent" in out
     out = _run(python, "-m", "greenpool", "--help", cwd=tmp_path)
     assert "python -m greenpool check URI" in out
+
+
+def test_the_gevent_floor_is_the_oldest_release_the_gevent_matrix_runs() -> None:
+    # devtools/dev.py gevent-matrix runs greenpool's tests on every gevent minor release
+    # from the floor setup.cfg requires to the newest (the lock's).
+    from devtools import dev
+
+    config = configparser.ConfigParser()
+    config.read(ROOT / "setup.cfg")
+    (floor,) = [req for req in config["options"]["install_requires"].split()
+                if req.startswith("gevent")]
+    releases = [tuple(int(part) for part in version.split(".")) for version in dev.GEVENT_MATRIX]
+    assert releases == sorted(releases), "GEVENT_MATRIX in release order"
+    minors = [release[:2] for release in releases]
+    assert len(set(minors)) == len(minors), "one release per minor"
+    assert floor == "gevent>={}.{}".format(*minors[0]), floor
+    locked = [line.split("==")[1] for line in (ROOT / "constraints.txt").read_text().split()
+              if line.startswith("gevent==")]
+    assert locked == [list(dev.GEVENT_MATRIX)[-1]], "the matrix reaches the locked gevent"

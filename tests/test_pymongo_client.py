@@ -32,7 +32,7 @@ import pytest
 from pymongo import monitoring
 from pymongo.errors import ConnectionFailure, WaitQueueTimeoutError
 
-from greenpool.pymongo import GreenPool, MongoClient
+from greenpool.pymongo import GreenPool, KillSafeCondition, MongoClient, client_kwargs
 from tests.cmap_runner import Recorder
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -103,6 +103,31 @@ def test_crud_and_a_cursor_with_get_more(mongodb_uri: str) -> None:
         assert items.delete_many({"even": False}).deleted_count == 125
         assert items.estimated_document_count() == 125
         assert pool_counters(app_pool(client)) == IDLE
+    finally:
+        client.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_client_a_framework_builds_from_client_kwargs_gets_greenpool(
+        mongodb_uri: str) -> None:
+    # What Flask-PyMongo, MongoEngine and Django backends do: build PyMongo's own
+    # MongoClient (or a subclass) from the keyword arguments they were given.
+    client: pymongo.MongoClient[dict[str, Any]] = pymongo.MongoClient(
+        mongodb_uri, **client_kwargs(maxPoolSize=2, appname="framework"))
+    try:
+        items = client.greenpool_adapter.framework
+        items.drop()
+        items.insert_many([{"i": i} for i in range(20)])
+        gevent.joinall([gevent.spawn(items.count_documents, {}) for _ in range(20)],
+                       raise_error=True)
+        pool = app_pool(client)
+        assert type(pool) is GreenPool
+        assert pool.opts.max_pool_size == 2 and client.options.pool_options.max_pool_size == 2
+        assert type(client._topology._condition) is KillSafeCondition
+        # The monitors keep PyMongo's own pools.
+        (server,) = client._topology._servers.values()
+        assert not isinstance(server._monitor._pool, GreenPool)
+        assert pool_counters(pool) == IDLE
     finally:
         client.close()
 

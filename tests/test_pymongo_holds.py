@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import sys
 import urllib.request
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -31,6 +30,7 @@ from greenpool.pool.holds import Site
 from greenpool.pool.longholds import ConnectionHeldTooLongEvent
 from tests.failpoints import failpoint
 from tests.lb_proxy import LBCluster
+from tests.servers import unique
 
 greenpool_pymongo = pytest.importorskip("greenpool.pymongo")
 pytestmark = pytest.mark.timeout(60)
@@ -75,7 +75,7 @@ def slow_report(orders: Any, sites: Sites) -> list[dict[str, Any]]:
 
 @pytest.fixture
 def app_name() -> str:
-    return f"pmholds_{uuid.uuid4().hex[:8]}"
+    return unique("pmholds")
 
 
 def blocking_find(app_name: str, ms: int) -> dict[str, Any]:
@@ -161,7 +161,7 @@ def test_a_pinned_cursor_left_open_is_named(lb: LBCluster) -> None:
     client = greenpool_pymongo.MongoClient(lb.uri, maxPoolSize=1, waitQueueTimeoutMS=200,
                                            acquire_sites=True)
     try:
-        orders = client.shop[f"orders_{uuid.uuid4().hex[:6]}"]
+        orders = client.shop[unique("orders")]
         orders.insert_many([{"n": n} for n in range(5)])
         sites = Sites()
         named("orders-view", list_orders, orders, sites).join(10)

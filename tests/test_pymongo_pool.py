@@ -9,6 +9,7 @@ kill (GreenletExit, gevent.Timeout) at every yield point of a scenario.
 
 from __future__ import annotations
 
+import ast
 import configparser
 import importlib.util
 from collections.abc import Callable
@@ -26,7 +27,7 @@ from pymongo.pool_options import PoolOptions
 from pymongo.synchronous.pool import Pool as StockPool
 
 import greenpool.pymongo as adapter
-from greenpool.pymongo import GreenPool, KillSafeCondition, pool_factory
+from greenpool.pymongo import GreenPool, KillSafeCondition, client_kwargs, pool_factory
 from greenpool.pymongo.before_4_13 import MONITOR_FLAG, MONITOR_VALUE
 from greenpool.pymongo.internals import PoolState
 from tests.cmap_runner import CMAP_DIR, CmapTestRunner, Recorder, load_cmap_tests
@@ -133,6 +134,46 @@ def test_factory_keeps_monitor_pools_stock_and_makes_app_pools_green() -> None:
 def test_client_refuses_other_pool_classes() -> None:
     with pytest.raises(TypeError, match="_pool_class"):
         adapter.MongoClient("mongodb://127.0.0.1:1", connect=False, _pool_class=StockPool)
+
+
+def test_client_kwargs_keeps_the_options_and_plugs_greenpool_in() -> None:
+    kwargs = client_kwargs(maxPoolSize=7, connect=False)
+    assert {key: kwargs.pop(key) for key in ("maxPoolSize", "connect")} == {
+        "maxPoolSize": 7, "connect": False}
+    assert sorted(kwargs.values(), key=id) == sorted([pool_factory, KillSafeCondition], key=id)
+    client: pymongo.MongoClient[Any] = pymongo.MongoClient(
+        "mongodb://127.0.0.1:1", **client_kwargs(connect=False))
+    try:
+        assert client._topology._settings.pool_class is pool_factory
+        assert client._topology._settings.condition_class is KillSafeCondition
+    finally:
+        client.close()
+    assert client_kwargs() == client_kwargs(**client_kwargs())  # giving ours back is fine
+
+
+@pytest.mark.parametrize("keyword", ["_pool_class", "_condition_class"])
+def test_client_kwargs_refuses_to_replace_greenpool_naming_what_it_got(keyword: str) -> None:
+    with pytest.raises(TypeError) as caught:
+        client_kwargs(**{keyword: StockPool})
+    assert keyword in str(caught.value)
+    assert repr(StockPool) in str(caught.value)
+
+
+def test_only_the_keywords_module_names_pymongos_private_client_keywords() -> None:
+    # Code, not prose: a string constant or a keyword argument naming them.
+    private = {"_pool_class", "_condition_class"}
+    naming = set()
+    for path in sorted((ROOT / "greenpool").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if ((isinstance(node, ast.Constant) and node.value in private)
+                    or (isinstance(node, ast.keyword) and node.arg in private)):
+                naming.add(path.relative_to(ROOT).as_posix())
+    assert naming == {"greenpool/pymongo/keywords.py"}
+    # User code (the examples) and the guides name neither.
+    for path in [*sorted((ROOT / "examples").rglob("*.py")),
+                 *sorted((ROOT / "docs" / "guides").glob("*.rst"))]:
+        text = path.read_text()
+        assert not [name for name in private if name in text], path
 
 
 # -- the CMAP spec's unit tests, through the adapter -------------------------------------------

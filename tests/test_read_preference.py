@@ -25,13 +25,9 @@ from greenpool.client.readpref import SERVER_TYPE, coerce, command_field, make
 from greenpool.client.uri import parse_uri
 from tests.events import AllEvents
 from tests.lb_proxy import LBCluster
+from tests.servers import with_options
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def with_options(uri: str, **options: Any) -> str:
-    query = "&".join(f"{key}={value}" for key, value in options.items())
-    return f"{uri}{'&' if '?' in uri else '?'}{query}"
 
 
 def sent(events: AllEvents, name: str) -> list[dict[str, Any]]:

@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
+from bson.objectid import ObjectId
 from pymongo import errors
 
 from greenpool import PoolClearedError, WaitQueueTimeoutError
-from greenpool.client.sdam import IGNORE, ErrorContext, Phase, Verdict, check_failed, judge
+from greenpool.client.sdam import (
+    IGNORE,
+    ErrorContext,
+    Phase,
+    Verdict,
+    check_failed,
+    is_stale_description,
+    judge,
+)
 
 CONNECT, AUTH, OP = Phase.CONNECT, Phase.AUTHENTICATE, Phase.OPERATION
 
@@ -87,3 +98,63 @@ def test_monitor_check_failures() -> None:
     assert check_failed(errors.AutoReconnect("refused")) == UNKNOWN_AND_CLEAR
     assert check_failed(errors.NetworkTimeout("timed out")) == Verdict(
         mark_unknown=True, clear=True, interrupt=True)
+
+
+PROCESS = ObjectId()
+
+
+def versioned(counter: int, process: ObjectId = PROCESS) -> dict[str, Any]:
+    return {"processId": process, "counter": counter}
+
+
+def not_primary_at(version: object) -> errors.NotPrimaryError:
+    return errors.NotPrimaryError("not primary", {"ok": 0, "code": 10107,
+                                                  "errmsg": "not primary",
+                                                  "topologyVersion": version})
+
+
+@pytest.mark.parametrize(("known", "error_version", "ignored"), [
+    (versioned(3), versioned(3), True),   # the change the description already has
+    (versioned(4), versioned(3), True),   # an older one
+    (versioned(3), versioned(4), False),  # a newer one
+    (versioned(3), versioned(3, ObjectId()), False),  # another process: a restart
+    (None, versioned(3), False),          # nothing known to compare with
+    (versioned(3), None, False),
+    (versioned(3), {"processId": PROCESS, "counter": "3"}, False),  # malformed: not stale
+    (versioned(3), {"counter": 3}, False),
+    ({"processId": PROCESS, "counter": True}, versioned(3), False),
+])
+def test_errors_are_stale_by_topology_version(known: Any, error_version: Any,
+                                               ignored: bool) -> None:
+    context = ErrorContext(not_primary_at(error_version), OP, topology_version=known)
+    expected = IGNORE if ignored else Verdict(mark_unknown=True, request_check=True)
+    assert judge(context) == expected
+
+
+def test_a_stale_network_error_version_does_not_matter() -> None:
+    # Network errors carry no topologyVersion: never stale by it.
+    context = ErrorContext(errors.AutoReconnect("reset"), OP, topology_version=versioned(9))
+    assert judge(context) == UNKNOWN_AND_CLEAR
+
+
+def test_the_connection_wire_version_decides_whether_a_state_change_clears() -> None:
+    # A 4.2+ connection keeps its pool on "not primary" whatever the
+    # description says (an Unknown description has no wire version).
+    modern = ErrorContext(not_primary(10107), OP, max_wire_version=27)
+    assert judge(modern) == Verdict(mark_unknown=True, request_check=True)
+    unknown = ErrorContext(not_primary(10107), OP, max_wire_version=None)
+    assert judge(unknown) == Verdict(mark_unknown=True, request_check=True)
+
+
+@pytest.mark.parametrize(("current", "new", "stale"), [
+    (versioned(3), versioned(2), True),
+    (versioned(3), versioned(3), False),
+    (versioned(3), versioned(4), False),
+    (versioned(3), versioned(1, ObjectId()), False),
+    (None, versioned(1), False),
+    (versioned(3), None, False),
+    (versioned(3), {"processId": PROCESS, "counter": 2.0}, False),
+])
+def test_check_replies_are_stale_by_topology_version(current: Any, new: Any,
+                                                      stale: bool) -> None:
+    assert is_stale_description(current, new) is stale

@@ -19,6 +19,7 @@ from tests.cmap_runner import SPEC_DIR
 from tests.failpoints import failpoint
 from tests.lb_proxy import LBCluster
 from tests.logging_unified import LoggingRunner
+from tests.servers import with_options
 from tests.unified_match import load_cases
 
 pytestmark = pytest.mark.timeout(60)
@@ -37,11 +38,6 @@ def test_the_spec_file_is_there() -> None:
 def test_logging_loadbalanced(spec: dict[str, Any], test: dict[str, Any],
                               lb: LBCluster) -> None:
     LoggingRunner(lb.uri).run(spec, test)
-
-
-def with_options(uri: str, **options: Any) -> str:
-    query = "&".join(f"{key}={value}" for key, value in options.items())
-    return f"{uri}{'&' if '?' in uri else '?'}{query}"
 
 
 def topology_records(caplog: pytest.LogCaptureFixture, topology_id: ObjectId,

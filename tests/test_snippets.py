@@ -32,7 +32,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCUMENTS = [ROOT / "README.rst", *sorted((ROOT / "docs").glob("*.rst"))]
+DOCUMENTS = [ROOT / "README.rst", *sorted((ROOT / "docs").glob("*.rst")),
+             *sorted((ROOT / "docs" / "guides").glob("*.rst"))]
 KINDS = ("python", "shell", "server", "fragment")
 MARKER = re.compile(r"^\.\. snippet: (\S+)")
 CODE_DIRECTIVE = re.compile(r"^\.\. (code-block|code|sourcecode|testcode|testsetup|testcleanup"

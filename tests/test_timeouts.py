@@ -9,7 +9,6 @@ they measured (run with ``-s``).
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -27,24 +26,16 @@ from pymongo.errors import (
 
 import greenpool
 from greenpool import Client
+from greenpool.cli.embedded import free_port
 from greenpool.client.timeouts import Deadline, MinRoundTrip, resolve
-from greenpool.tools.embedded import free_port
 from tests.events import AllEvents
 from tests.failpoints import failpoint
 from tests.fake_server import FakeServer, Request, block
+from tests.servers import unique, with_options
 
 # Generous: a bound must end within this factor of its limit (the issue
 # asks for 20%; a loaded 2-core machine needs more room than that).
 SLACK = 2.0
-
-
-def with_options(uri: str, **options: Any) -> str:
-    query = "&".join(f"{key}={value}" for key, value in options.items())
-    return f"{uri}{'&' if '?' in uri else '?'}{query}"
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}_{uuid.uuid4().hex[:8]}"
 
 
 def fail(app_name: str, commands: list[str], **data: Any) -> dict[str, Any]:

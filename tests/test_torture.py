@@ -34,17 +34,11 @@ from greenpool import Pool, PoolClearedError, PoolClosedError, WaitQueueTimeoutE
 from greenpool.client.client import Client
 from greenpool.client.uri import parse_uri
 from tests.mock import MockTransport
-from tests.servers import ServerProcess
+from tests.servers import ServerProcess, with_options
 
 ADDRESS = ("torture.test", 27017)
 EXPECTED = (PoolClearedError, PoolClosedError, WaitQueueTimeoutError, PyMongoError)
 PHASES = ("checkout", "establish", "command", "checkin")
-
-
-def with_options(uri: str, **options: Any) -> str:
-    query = "&".join(f"{key}={value}" for key, value in options.items())
-    separator = "&" if "?" in uri else ("?" if uri.endswith("/") else "/?")
-    return f"{uri}{separator}{query}"
 
 
 def open_sockets(port: int) -> set[str]:

@@ -169,6 +169,21 @@ def test_alarm_ring_cuts_sleep_short_and_is_not_lost() -> None:
     assert time.monotonic() - started < 1
 
 
+def test_alarm_forget_drops_a_ring_received_while_awake() -> None:
+    alarm = Alarm()
+    alarm.ring()
+    alarm.forget()
+    started = time.monotonic()
+    # In a greenlet joined with a timeout: the alarm's own timer keeps no
+    # hub alive, and this test's main greenlet would have nothing to wait on.
+    gevent.spawn(alarm.sleep, 0.05).join(5)
+    assert time.monotonic() - started >= 0.045, "a forgotten ring still cut the sleep short"
+    gevent.spawn_later(0.01, alarm.ring)  # a ring after forget() still wakes the sleeper
+    started = time.monotonic()
+    alarm.sleep(10)
+    assert time.monotonic() - started < 1
+
+
 def test_alarm_sleep_always_yields() -> None:
     alarm = Alarm()
     ran: list[bool] = []

@@ -1,13 +1,14 @@
-"""What the three unified test format runners (tests/lb_unified.py, tests/csot_unified.py,
-tests/logging_unified.py) share: reading a spec file's tests, event names, the recorder of a
-client entity's events, and the format's matching rules (``match``, ``match_event``,
-``check_error``, ``check_events``) and the frame of a test (``run_test``,
-``close_entities``).
+"""What the unified test format runners (tests/lb_unified.py, tests/csot_unified.py,
+tests/logging_unified.py, tests/retryable_unified.py) share: reading a spec file's tests,
+event names, the recorder of a client entity's events, and the format's matching rules
+(``match``, ``match_event``, ``check_error``, ``check_events``) and the frame of a test
+(``run_test``, ``close_entities``).
 
-The rules are the union of what the Load Balancer, CSOT and logging spec files use, each one
-exactly as the format defines it: ``$$type`` (the BSON types named below), ``$$exists``,
-``$$lte``, extra keys only in root documents, numbers by value, booleans by identity. Any
-other operator or key raises, so a spec file that needs more fails instead of passing.
+The rules are the union of what the Load Balancer, CSOT, logging and retryable reads and
+writes spec files use, each one exactly as the format defines it: ``$$type`` (the BSON types
+named below), ``$$exists``, ``$$lte``, ``$$unsetOrMatches``, extra keys only in root
+documents, numbers by value, booleans by identity. Any other operator or key raises, so a
+spec file that needs more fails instead of passing.
 """
 
 from __future__ import annotations
@@ -106,7 +107,12 @@ def _type_matches(name: str, value: Any) -> bool:
 
 def match(expected: Any, actual: Any, path: str = "", *, root: bool = True) -> None:
     """Assert that ``actual`` matches ``expected`` (unified format rules: extra keys only in
-    the root document; ``$$type``; ``$$exists``; ``$$lte``; numbers by value)."""
+    the root document; ``$$type``; ``$$exists``; ``$$lte``; ``$$unsetOrMatches``; numbers by
+    value). ``actual`` None stands for an unset value (a result the operation does not have)."""
+    if isinstance(expected, Mapping) and set(expected) == {"$$unsetOrMatches"}:
+        if actual is not None:
+            match(expected["$$unsetOrMatches"], actual, path, root=root)
+        return
     if isinstance(expected, Mapping) and set(expected) == {"$$type"}:
         types = expected["$$type"]
         types = [types] if isinstance(types, str) else types
@@ -124,6 +130,9 @@ def match(expected: Any, actual: Any, path: str = "", *, root: bool = True) -> N
                 assert (key in actual) is value["$$exists"], (
                     f"{path}: {key!r} should {'' if value['$$exists'] else 'not '}exist in "
                     f"{dict(actual)!r}")
+                continue
+            if isinstance(value, Mapping) and set(value) == {"$$unsetOrMatches"} and (
+                    key not in actual):
                 continue
             assert key in actual, f"{path}: no {key!r} in {dict(actual)!r}"
             match(value, actual[key], f"{path}.{key}", root=False)

@@ -31,6 +31,7 @@ SPEC_MODULES = {
     "tests/test_dns_seedlist_lb.py": "Initial DNS Seedlist Discovery (load-balanced)",
     "tests/test_load_balancers.py": "Load Balancer (unified format)",
     "tests/test_csot_spec.py": "Client Side Operations Timeout (unified format)",
+    "tests/test_retryable_spec.py": "Retryable Reads and Retryable Writes (unified format)",
     "tests/test_cmap_logging.py": "CMAP logging (unified format) and prose tests",
     "tests/test_sdam_logging.py": "SDAM Logging and Monitoring (load-balanced, unified format)",
 }

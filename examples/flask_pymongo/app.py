@@ -5,10 +5,11 @@ Run it with gunicorn's gevent workers (see gunicorn.conf.py)::
     MONGO_URI=mongodb://127.0.0.1:27017/shop PORT=8000 gunicorn -c gunicorn.conf.py app:app
 
 Flask-PyMongo builds a ``pymongo.MongoClient`` subclass and passes every extra
-keyword argument of ``PyMongo(app, ...)`` on to it. The two keyword arguments
-below are the ones :class:`greenpool.pymongo.MongoClient` sets itself: the
-application pools become greenpool's (FIFO waits, kill safety) and server
-selection waits on a kill-safe condition. Nothing else in the app changes.
+keyword argument of ``PyMongo(app, ...)`` on to it.
+:func:`greenpool.pymongo.client_kwargs` adds to the app's own options what
+:class:`greenpool.pymongo.MongoClient` sets itself: the application pools
+become greenpool's (FIFO waits, kill safety) and server selection waits on a
+kill-safe condition. Nothing else in the app changes.
 
 ``GET /visit/<name>`` counts a visit atomically (``find_one_and_update`` with
 ``upsert``) and answers the new count, the worker's pid and the class of the
@@ -25,11 +26,11 @@ from flask_pymongo import PyMongo
 from pymongo import ReturnDocument
 from pymongo.errors import DuplicateKeyError
 
-from greenpool.pymongo import KillSafeCondition, pool_factory
+from greenpool.pymongo import client_kwargs
 
 app = Flask(__name__)
 mongo = PyMongo(app, os.environ.get("MONGO_URI", "mongodb://127.0.0.1:27017/shop"),
-                maxPoolSize=10, _pool_class=pool_factory, _condition_class=KillSafeCondition)
+                **client_kwargs(maxPoolSize=10))
 
 
 def pool_classes() -> list[str]:

@@ -4,10 +4,11 @@ Run it with gunicorn's gevent workers (see gunicorn.conf.py)::
 
     MONGODB_URI=mongodb://127.0.0.1:27017/shop PORT=8000 gunicorn -c gunicorn.conf.py app:app
 
-MongoEngine builds its client with the class given as ``mongo_client_class``:
-:class:`greenpool.pymongo.MongoClient` is PyMongo's ``MongoClient`` with
-greenpool's application pools (FIFO waits, kill safety). Documents, querysets
-and everything else stay MongoEngine's.
+MongoEngine's ``connect()`` passes the keyword arguments it does not know on to
+the ``MongoClient`` it builds: :func:`greenpool.pymongo.client_kwargs` adds to
+the app's own options what gives that client greenpool's application pools
+(FIFO waits, kill safety). Documents, querysets and everything else stay
+MongoEngine's.
 
 ``GET /visit/<name>`` counts a visit atomically (``modify`` with ``upsert``) and
 answers the new count, the worker's pid and the class of the pools serving the
@@ -23,12 +24,12 @@ from typing import Any, ClassVar
 
 from mongoengine import Document, IntField, NotUniqueError, StringField, connect, get_connection
 
-from greenpool.pymongo import MongoClient
+from greenpool.pymongo import client_kwargs
 
 # connect=False: nothing is opened in gunicorn's master (preload_app); each worker's
 # client connects on first use, after the fork.
 connect(host=os.environ.get("MONGODB_URI", "mongodb://127.0.0.1:27017/shop"),
-        mongo_client_class=MongoClient, maxPoolSize=10, connect=False)
+        **client_kwargs(maxPoolSize=10, connect=False))
 
 
 class Visit(Document):

@@ -30,8 +30,14 @@ What it owns:
   commands, cursors and sessions share: leasing connections, sending,
   implicit server sessions, pinning.
 
-Commands are not retried: a network error surfaces to the caller (after the
-pool has been cleared), who decides whether the operation is safe to repeat.
+Retries follow the Retryable Reads and Retryable Writes specs
+(:mod:`greenpool.client.retries`): a command is classified by its name, as
+those specs list operations (``find``, ``aggregate``, ``distinct``, ``count``
+and the ``list*`` commands are retryable reads; ``insert``, single-document
+``update`` and ``delete``, and ``findAndModify`` are retryable writes, sent
+with a transaction ID), and retried once after a retryable error (as often
+as a timeoutMS deadline allows), unless retryReads or retryWrites is false.
+Any other command is not retried unless the call says ``retry=True``.
 Errors are PyMongo's classes (:class:`~pymongo.errors.AutoReconnect`,
 :class:`~pymongo.errors.OperationFailure`...) or greenpool's subclasses of
 them, so existing ``except`` clauses keep working.
@@ -61,12 +67,13 @@ from greenpool.client import readpref
 from greenpool.client.commands import CommandPublisher
 from greenpool.client.cursor import Cursor
 from greenpool.client.operations import Operations
+from greenpool.client.retries import has_write_stage
 from greenpool.client.session import Session
-from greenpool.client.timeouts import Deadline, MinRoundTrip, check_seconds, current
+from greenpool.client.timeouts import MinRoundTrip, check_seconds, current
 from greenpool.client.topology import Topology
 from greenpool.client.uri import ClientSettings, parse_uri
 from greenpool.errors import ConfigurationError, ProtocolError
-from greenpool.pool.connection import Connection, PoolStats, Purpose
+from greenpool.pool.connection import Connection, PoolStats
 from greenpool.pool.holds import PoolReport
 from greenpool.pool.pool import Pool
 from greenpool.wire.auth import MECHANISMS as LINK_MECHANISMS
@@ -139,7 +146,8 @@ class Client:
             listeners=listeners)
         self._operations = Operations(
             self.pool, self.topology, CommandPublisher(listeners), self._min_round_trip,
-            timeout=settings.timeout, retry_writes=settings.retry_writes)
+            timeout=settings.timeout, retry_reads=settings.retry_reads,
+            retry_writes=settings.retry_writes)
         monitor_options = _monitor_link_options(self._link_options)
         self.topology.open(None if settings.load_balanced
                            else lambda: _LinkChecker(self.address, monitor_options,
@@ -192,7 +200,8 @@ class Client:
 
     def command(self, dbname: str, command: Mapping[str, Any], *,
                 session: Session | None = None, timeout: float | None = None,
-                read_preference: ReadPreferenceLike | None = None) -> dict[str, Any]:
+                read_preference: ReadPreferenceLike | None = None,
+                retry: bool | None = None) -> dict[str, Any]:
         """Run ``command`` (a document whose first key is the command's name)
         on database ``dbname`` and return the server's reply.
 
@@ -213,6 +222,21 @@ class Client:
         default is primary. Inside a transaction it must be primary
         (:class:`~pymongo.errors.InvalidOperation` otherwise).
 
+        ``retry``: None (the default) retries by the command's name, as the
+        Retryable Reads and Writes specs list operations: a retryable read
+        (``find``, ``aggregate`` without ``$out``/``$merge``, ``distinct``,
+        ``count``, ``listCollections``, ``listIndexes``, ``listDatabases``)
+        once after a network error, a cleared pool or a "not primary"-like
+        code, unless retryReads=false; a retryable write (``insert``,
+        ``update`` and ``delete`` of one document per statement,
+        ``findAndModify``, acknowledged) on a server that supports them
+        (a replica set member, mongos, a load balancer) with ``lsid`` and a
+        new ``txnNumber``, once after an error labelled
+        ``RetryableWriteError``, unless retryWrites=false. Under a time limit
+        retries go on while time is left. ``True`` retries any command so
+        (say it only for a command that is safe to run twice); ``False``
+        never retries. Nothing is retried inside a transaction.
+
         :raises pymongo.errors.OperationFailure: the server refused it
             (``code``, ``details``, error labels).
         :raises pymongo.errors.AutoReconnect: a network error (the pool was
@@ -223,44 +247,20 @@ class Client:
         :raises pymongo.errors.ServerSelectionTimeoutError: the server was
             not reachable within serverSelectionTimeoutMS.
         """
+        if retry is not None:
+            _check_retry(retry)
         ops = self._operations
         # The deadline first: a refused timeout leaves the session untouched.
         deadline = ops.deadline(timeout, session)
         preference = self._read_preference(read_preference, readpref.PRIMARY, session)
         document = self._prepare(dbname, command, session)
-        if deadline is not None:
-            return self._bounded_command(dbname, document, session, deadline, preference)
-        if session is not None:
-            with ops.lease(session, Purpose.OTHER, name=next(iter(document))) as conn:
-                ops.add_read_preference(document, preference, session)
-                return ops.send(conn, dbname, document, session)
-        # The hot path, without a session: plain try/finally rather than
-        # context managers, which cost a few microseconds per command.
-        conn = ops.checkout(Purpose.OTHER)
-        try:
-            ops.add_read_preference(document, preference, None)
-            return ops.send_in_implicit_session(conn, dbname, document)
-        finally:
-            self.pool.checkin(conn)
-
-    def _bounded_command(self, dbname: str, document: dict[str, Any],
-                         session: Session | None, deadline: Deadline,
-                         preference: _ServerMode) -> dict[str, Any]:
-        """command() under a deadline (timeoutMS), off the hot path."""
-        ops = self._operations
-        name = next(iter(document))
-        if session is not None:
-            with ops.lease(session, Purpose.OTHER, name=name, deadline=deadline) as conn:
-                ops.add_read_preference(document, preference, session)
-                return ops.send(conn, dbname, document, session, deadline)
-        with ops.lease(None, Purpose.OTHER, deadline=deadline) as conn:
-            ops.add_read_preference(document, preference, None)
-            return ops.send_in_implicit_session(conn, dbname, document, deadline)
+        return ops.run_command(dbname, document, session, deadline, preference, retry)
 
     def cursor(self, dbname: str, command: Mapping[str, Any], *, batch_size: int | None = None,
                session: Session | None = None, timeout: float | None = None,
                timeout_mode: str | None = None,
-               read_preference: ReadPreferenceLike | None = None) -> Cursor:
+               read_preference: ReadPreferenceLike | None = None,
+               retry: bool | None = None) -> Cursor:
         """Run a cursor-opening command (``find``, ``aggregate``,
         ``listCollections``...) and return a :class:`~greenpool.client.cursor.Cursor`
         over its documents, fetching further batches with ``getMore``.
@@ -280,8 +280,13 @@ class Client:
         and an ``aggregate`` without ``$out`` or ``$merge`` (the Server
         Selection spec's "may-use-secondary" commands) follow the URI's
         readPreference; other commands read from the primary.
+
+        ``retry`` is as for :meth:`command`, for the opening command only:
+        a ``getMore`` is never retried (the cursor may have moved on).
         """
         _check_batch_size(batch_size)
+        if retry is not None:
+            _check_retry(retry)
         self._check_session(session)
         document = self._prepare(dbname, command, None)
         default = (self._default_read_preference if _may_use_secondary(document)
@@ -289,17 +294,18 @@ class Client:
         preference = self._read_preference(read_preference, default, session)
         return Cursor(self._operations, dbname, document, batch_size=batch_size,
                       session=session, timeout=timeout, timeout_mode=timeout_mode,
-                      read_preference=preference)
+                      read_preference=preference, retry=retry)
 
     def find(self, dbname: str, collection: str, filter: Mapping[str, Any] | None = None,
              *, batch_size: int | None = None, session: Session | None = None,
              timeout: float | None = None, timeout_mode: str | None = None,
-             read_preference: ReadPreferenceLike | None = None, **options: Any) -> Cursor:
+             read_preference: ReadPreferenceLike | None = None, retry: bool | None = None,
+             **options: Any) -> Cursor:
         """``find`` on ``dbname.collection`` as a :class:`~greenpool.client.cursor.Cursor`.
 
         ``batch_size`` applies to every batch, the first included. Other
         keywords are find's own fields (``sort``, ``projection``, ``limit``...).
-        ``timeout`` and ``timeout_mode`` are as for :meth:`cursor`.
+        ``timeout``, ``timeout_mode`` and ``retry`` are as for :meth:`cursor`.
         ``read_preference`` is as for :meth:`command`; the default is the URI's
         readPreference, readPreferenceTags and maxStalenessSeconds.
         """
@@ -310,7 +316,7 @@ class Client:
         command.update(options)
         return self.cursor(dbname, command, batch_size=batch_size, session=session,
                            timeout=timeout, timeout_mode=timeout_mode,
-                           read_preference=read_preference)
+                           read_preference=read_preference, retry=retry)
 
     def start_session(self, *, default_timeout: float | None = None) -> Session:
         """A new session (for transactions); end it, or use it as a context manager.
@@ -520,14 +526,12 @@ def _check_listeners(listeners: Iterable[object]) -> list[object]:
 
 def _may_use_secondary(command: Mapping[str, Any]) -> bool:
     name = next(iter(command))
-    if name == "find":
-        return True
-    if name != "aggregate":
-        return False
-    pipeline = command.get("pipeline")
-    return not (isinstance(pipeline, list) and any(
-        isinstance(stage, Mapping) and ("$out" in stage or "$merge" in stage)
-        for stage in pipeline))
+    return name == "find" or (name == "aggregate" and not has_write_stage(command))
+
+
+def _check_retry(retry: object) -> None:
+    if retry is not None and not isinstance(retry, bool):
+        raise TypeError(f"retry must be None, True or False, not {retry!r}")
 
 
 def _check_batch_size(batch_size: int | None) -> None:

@@ -22,12 +22,18 @@ rather than interleaving two requests on one connection.
 A cursor that is dropped without being closed is closed in a new greenlet
 (killCursors, and its pinned connection checked in).
 
+Retries. The opening command is retried as :meth:`greenpool.Client.command`
+would retry it (a retryable read, or ``retry=True``), on a connection and an
+implicit session taken afresh; a ``getMore`` never is (the Retryable Reads
+spec: the server cursor may have moved on).
+
 Rules. A cursor does all its I/O through the
 :class:`~greenpool.client.operations.Operations` it is given, with that
-class's public methods (lease, send, take and give back an implicit lsid,
-unpin); it keeps only its own state (buffer, id, pinned connection, implicit
-lsid). This module never imports :mod:`greenpool.client.client`, not even
-lazily: the Client builds cursors, not the other way round.
+class's public methods (lease, send, retry, take and give back an implicit
+server session, unpin); it keeps only its own state (buffer, id, pinned
+connection, implicit server session). This module never imports
+:mod:`greenpool.client.client`, not even lazily: the Client builds cursors,
+not the other way round.
 """
 
 from __future__ import annotations
@@ -41,11 +47,12 @@ import gevent
 from pymongo.errors import ConnectionFailure, InvalidOperation, OperationFailure, PyMongoError
 from pymongo.read_preferences import _ServerMode
 
+from greenpool.client.retries import has_write_stage
 from greenpool.client.timeouts import Deadline, check_seconds
 from greenpool.pool.connection import Connection, Purpose
 
 if TYPE_CHECKING:
-    from greenpool.client.operations import Operations
+    from greenpool.client.operations import Operations, ServerSession
     from greenpool.client.session import Session
     from greenpool.wire.link import Link
 
@@ -65,7 +72,8 @@ class Cursor:
     def __init__(self, operations: Operations, dbname: str, command: dict[str, Any], *,
                  batch_size: int | None, session: Session | None,
                  timeout: float | None = None, timeout_mode: str | None = None,
-                 read_preference: _ServerMode | None = None) -> None:
+                 read_preference: _ServerMode | None = None,
+                 retry: bool | None = None) -> None:
         self._operations = operations
         #: The opening command's read preference (getMore and killCursors
         #: carry none).
@@ -80,9 +88,9 @@ class Cursor:
         self._conn: Connection[Link] | None = None
         self._user: gevent.Greenlet | None = None
         self._closed = False
-        #: The implicit session's lsid (no explicit session): False before
+        #: The implicit server session (no explicit session): False before
         #: the first command asks for one, None if the server has none.
-        self._lsid: dict[str, Any] | bool | None = False
+        self._server_session: ServerSession | bool | None = False
         #: Whether a command of this cursor failed other than by the server's
         #: refusal (network error, kill): its implicit session is not reused.
         self._lsid_dirty = False
@@ -92,9 +100,7 @@ class Cursor:
         #: one whose limit each next() gets anew (iteration mode).
         self._deadline = deadline
         try:
-            # maxTimeMS only where the limit covers the server's whole work.
-            self._round_trip(command, "firstBatch", deadline,
-                             max_time=self._mode == CURSOR_LIFETIME)
+            self._open(command, deadline, retry)
         except BaseException:
             self._end_implicit_session()
             raise
@@ -176,13 +182,14 @@ class Cursor:
         if self._closed or (self._id == 0 and self._conn is None):
             return
         conn, self._conn = self._conn, None
-        implicit = self._session is None and isinstance(self._lsid, dict)
-        lsid = self._session.lsid if self._session is not None else self._lsid
+        server_session = self._server_session
+        implicit = None if isinstance(server_session, bool | None) else server_session
+        lsid = self._session.lsid if self._session is not None else (
+            implicit.lsid if implicit is not None else None)
         if conn is not None or not self._operations.closed:
             # Even for a closed client: the pinned connection must be checked in.
             gevent.spawn(_reap, self._operations, self._db, self._collection, self._id, conn,
-                         lsid if isinstance(lsid, dict) else None,
-                         implicit and not self._lsid_dirty)
+                         lsid, implicit if not self._lsid_dirty else None)
 
     def __repr__(self) -> str:
         return (f"<greenpool.Cursor {self._db}.{self._collection} id={self._id}"
@@ -205,6 +212,26 @@ class Cursor:
         finally:
             if outer:
                 self._user = None
+
+    def _open(self, command: dict[str, Any], deadline: Deadline | None,
+              retry: bool | None) -> None:
+        """Run the opening command, retried as the Retryable Reads spec says."""
+        # maxTimeMS only where the limit covers the server's whole work.
+        max_time = self._mode == CURSOR_LIFETIME
+        try:
+            self._round_trip(command, "firstBatch", deadline, max_time=max_time)
+        except PyMongoError as error:
+            self._operations.retry_read(
+                error, lambda: self._retry_open(command, deadline, max_time),
+                command, self._session, deadline, retry)
+
+    def _retry_open(self, command: dict[str, Any], deadline: Deadline | None,
+                    max_time: bool) -> None:
+        # A new attempt, in an implicit session taken afresh (the last one
+        # goes back to the pool, or is dropped if it was left dirty).
+        self._end_implicit_session()
+        self._server_session, self._lsid_dirty = False, False
+        self._round_trip(command, "firstBatch", deadline, max_time=max_time)
 
     def _get_more(self, deadline: Deadline | None) -> None:
         command: dict[str, Any] = {"getMore": self._id, "collection": self._collection}
@@ -279,15 +306,15 @@ class Cursor:
         one implicit session, taken (after server selection) by the first."""
         if self._session is not None:
             return
-        if self._lsid is False:
-            self._lsid = self._operations.take_lsid()
-        if isinstance(self._lsid, dict):
-            command["lsid"] = self._lsid
+        if self._server_session is False:
+            self._server_session = self._operations.take_server_session()
+        if not isinstance(self._server_session, bool | None):
+            command["lsid"] = self._server_session.lsid
 
     def _end_implicit_session(self) -> None:
-        lsid, self._lsid = self._lsid, None
-        if isinstance(lsid, dict):
-            self._operations.give_lsid(lsid, self._lsid_dirty)
+        server_session, self._server_session = self._server_session, None
+        if not isinstance(server_session, bool | None):
+            self._operations.give_server_session(server_session, self._lsid_dirty)
 
     def _keep(self, conn: Connection[Link]) -> bool:
         """Pin ``conn`` (in load-balanced mode, while the server cursor lives)."""
@@ -316,25 +343,18 @@ def _timeout_mode(command: Mapping[str, Any], mode: str | None,
                                f"timeoutMS)")
     if tailable and mode == CURSOR_LIFETIME:
         raise InvalidOperation("a tailable cursor only supports timeout_mode='iteration'")
-    if mode == ITERATION and _writes_out(command):
+    if mode == ITERATION and has_write_stage(command):
         raise InvalidOperation("timeout_mode='iteration' cannot bound an aggregate with "
                                "$out or $merge")
     return mode
 
 
-def _writes_out(command: Mapping[str, Any]) -> bool:
-    pipeline = command.get("pipeline") if "aggregate" in command else None
-    return isinstance(pipeline, list) and any(
-        isinstance(stage, Mapping) and ("$out" in stage or "$merge" in stage)
-        for stage in pipeline)
-
-
 def _reap(ops: Operations, db: str, collection: str, cursor_id: int,
           conn: Connection[Link] | None, lsid: dict[str, Any] | None,
-          give_back_lsid: bool) -> None:
+          give_back: ServerSession | None) -> None:
     """Close an abandoned cursor: killCursors in the cursor's session (its
-    implicit lsid, if any, goes back to the pool afterwards), then check its
-    connection in."""
+    implicit server session, ``give_back``, goes back to the pool afterwards
+    unless it was left dirty), then check its connection in."""
     command: dict[str, Any] = {"killCursors": collection, "cursors": [cursor_id]}
     if lsid is not None:
         command["lsid"] = lsid
@@ -354,5 +374,5 @@ def _reap(ops: Operations, db: str, collection: str, cursor_id: int,
     finally:
         if conn is not None:
             ops.unpin(conn)
-        if give_back_lsid and lsid is not None:
-            ops.give_lsid(lsid, dirty)
+        if give_back is not None:
+            ops.give_server_session(give_back, dirty)

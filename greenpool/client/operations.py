@@ -9,10 +9,15 @@ and its sessions all run their commands through it, with its public methods:
 * sending a command on it (:meth:`~Operations.send`): command events, the
   timeoutMS rules (maxTimeMS, the round trip's time limit), SDAM's verdict on
   errors, and the transaction labels the Transactions spec adds;
-* lending and taking back implicit server sessions (:meth:`~Operations.take_lsid`,
-  :meth:`~Operations.give_lsid`, both around one command in
-  :meth:`~Operations.send_in_implicit_session`), ending them all with ``endSessions`` at
-  close;
+* running a command with the retries the Retryable Reads and Writes specs
+  allow (:meth:`~Operations.run_command`, :meth:`~Operations.retry_read`;
+  :mod:`greenpool.client.retries` decides what is retried): the first attempt
+  costs nothing more than before, a retryable write's transaction ID aside;
+* lending and taking back implicit server sessions
+  (:meth:`~Operations.take_server_session`, :meth:`~Operations.give_server_session`,
+  both around one command in :meth:`~Operations.send_in_implicit_session`), each with
+  the transaction number its retryable writes reached, ending them all with
+  ``endSessions`` at close;
 * pinning connections to load-balanced transactions and cursors, and
   unpinning them (:meth:`~Operations.unpin`);
 * the open cursors and explicit sessions, closed and ended by :meth:`~Operations.close`.
@@ -33,13 +38,23 @@ import time
 import uuid
 import weakref
 from collections.abc import Callable, Iterator, MutableMapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from bson.binary import UUID_SUBTYPE, Binary
-from pymongo.errors import ConnectionFailure, InvalidOperation, PyMongoError
+from bson.int64 import Int64
+from pymongo.errors import (
+    ConnectionFailure,
+    InvalidOperation,
+    NotPrimaryError,
+    OperationFailure,
+    PyMongoError,
+    ServerSelectionTimeoutError,
+    WaitQueueTimeoutError,
+)
 from pymongo.read_preferences import _ServerMode
+from pymongo.server_description import ServerDescription
 
-from greenpool.client import readpref
+from greenpool.client import readpref, retries
 from greenpool.client.commands import CommandPublisher
 from greenpool.client.sdam import Phase
 from greenpool.client.timeouts import Deadline, MinRoundTrip, check_seconds, resolve, running
@@ -51,7 +66,9 @@ from greenpool.wire.messages import next_request_id
 if TYPE_CHECKING:
     from greenpool.wire.link import Link
 
-__all__ = ["Operations", "SessionLike"]
+__all__ = ["Operations", "ServerSession", "SessionLike"]
+
+R = TypeVar("R")
 
 # endSessions takes at most this many ids per command (Sessions spec).
 _END_SESSIONS_BATCH = 10_000
@@ -79,6 +96,10 @@ class SessionLike(Protocol):
     def sending(self, command: MutableMapping[str, Any]) -> None:
         """``command`` is about to go out in this session."""
 
+    def next_txn_number(self) -> int:
+        """A transaction number not used before in this session (for a
+        retryable write)."""
+
     def forget_pin_after(self, error: PyMongoError) -> None:
         """Unpin if ``error`` lets the transaction be retried elsewhere."""
 
@@ -89,27 +110,45 @@ class _Closable(Protocol):
     def close(self) -> None: ...
 
 
+class ServerSession:
+    """One server session of the implicit-session pool (Sessions spec): its
+    ``lsid`` document, when it was last given back, the last transaction
+    number a retryable write used in it (kept across uses: the server refuses
+    a number it has seen in that session), and whether a command in it failed
+    so that the server may still hold it busy (then it is never lent again)."""
+
+    __slots__ = ("dirty", "last_used", "lsid", "txn_number")
+
+    def __init__(self) -> None:
+        self.lsid: dict[str, Any] = {"id": Binary(uuid.uuid4().bytes, UUID_SUBTYPE)}
+        self.last_used = 0.0
+        self.txn_number = 0
+        self.dirty = False
+
+
 class Operations:
     """The machinery a Client's operations share; see the module's docstring."""
 
     def __init__(self, pool: Pool[Link], topology: Topology, commands: CommandPublisher,
                  min_round_trip: MinRoundTrip, *, timeout: float | None,
-                 retry_writes: bool) -> None:
+                 retry_reads: bool, retry_writes: bool) -> None:
         self.pool = pool
         self.topology = topology
         self.address = topology.address
         self.load_balanced = topology.load_balanced
         #: timeoutMS (seconds; None: not set, 0: no limit).
         self.timeout = timeout
-        #: retryWrites: whether a commit or abort is retried once.
+        #: retryReads: whether retryable reads are retried.
+        self.retry_reads = retry_reads
+        #: retryWrites: whether retryable writes (and commit and abort) are retried.
         self.retry_writes = retry_writes
         self._commands = commands
         self._min_round_trip = min_round_trip
         self._sessions: set[SessionLike] = set()
         self._ended_lsids: list[dict[str, Any]] = []
         self._cursors: weakref.WeakSet[_Closable] = weakref.WeakSet()
-        # Idle implicit server sessions, most recently used last: (lsid, last use).
-        self._server_sessions: list[tuple[dict[str, Any], float]] = []
+        # Idle implicit server sessions, most recently used last.
+        self._server_sessions: list[ServerSession] = []
         self._closed = False
         self._closing = False
 
@@ -157,12 +196,21 @@ class Operations:
         conn.purpose = purpose
         return conn
 
+    def select(self, deadline: Deadline | None = None) -> ServerDescription:
+        """Server selection alone (the description of the server selected),
+        within the deadline if there is one (the CSOT spec's
+        computedServerSelectionTimeout)."""
+        if self._closing:
+            return self.topology.select(0)
+        if deadline is None:
+            return self.topology.select()
+        return self.topology.select(deadline.bound(self.topology.server_selection_timeout))
+
     def _bounded_checkout(self, purpose: Purpose, deadline: Deadline) -> Connection[Link]:
-        """Selection and checkout within the deadline (the CSOT spec's
-        computedServerSelectionTimeout); establishment too, through the
-        Client's connector, which reads the deadline this sets running."""
-        selection = deadline.bound(self.topology.server_selection_timeout)
-        self.topology.select(0 if self._closing else selection)
+        """Selection and checkout within the deadline; establishment too,
+        through the Client's connector, which reads the deadline this sets
+        running."""
+        self.select(deadline)
         with running(deadline):
             # The CSOT spec: under timeoutMS the deprecated waitQueueTimeoutMS
             # is ignored; the wait gets what is left of the selection's limit.
@@ -293,19 +341,177 @@ class Operations:
 
     def run_in_session(self, session: SessionLike, dbname: str, command: dict[str, Any],
                        deadline: Deadline | None = None) -> None:
-        """Run a command a session built itself (commit, abort)."""
+        """Run a command a session built itself (commit, abort); its errors
+        get the RetryableWriteError label where the Retryable Writes spec
+        says (unless retryWrites=false), for the session to decide."""
         if self._closed:
             raise InvalidOperation("the greenpool Client is closed")
-        with self.lease(session, Purpose.TRANSACTION, name=next(iter(command)),
+        wire_version: int | None = None
+        try:
+            with self.lease(session, Purpose.TRANSACTION, name=next(iter(command)),
+                            deadline=deadline) as conn:
+                assert conn.transport is not None
+                wire_version = conn.transport.max_wire_version
+                self.send(conn, dbname, command, session, deadline)
+        except PyMongoError as error:
+            if self.retry_writes:
+                retries.label_write_error(error, wire_version)
+            raise
+
+    # -- running a command, with retries (Retryable Reads and Writes specs) ------------------
+
+    def run_command(self, dbname: str, command: dict[str, Any], session: SessionLike | None,
+                    deadline: Deadline | None, preference: _ServerMode,
+                    retry: bool | None = None) -> dict[str, Any]:
+        """Run ``command`` (Client.command's work) and return the reply: one
+        attempt, then the retries :mod:`greenpool.client.retries` allows
+        (``retry``: the caller's override, None to classify by name). A
+        retryable write gets its transaction ID first; anything else pays
+        for retrying only once its first attempt has failed."""
+        if (retry is not False and next(iter(command)) in retries.WRITE_COMMANDS
+                and (retry or self.retry_writes) and retries.is_retryable_write(command)
+                and (session is None or not session.in_transaction)):
+            return self._run_write(dbname, command, session, deadline, preference, retry)
+        try:
+            return self._command_once(dbname, command, session, deadline, preference)
+        except PyMongoError as error:
+            return self.retry_read(
+                error, lambda: self._command_once(dbname, command, session, deadline,
+                                                  preference),
+                command, session, deadline, retry)
+
+    def _command_once(self, dbname: str, command: dict[str, Any],
+                      session: SessionLike | None, deadline: Deadline | None,
+                      preference: _ServerMode) -> dict[str, Any]:
+        if session is None and deadline is None:
+            # The hot path: plain try/finally rather than context managers,
+            # which cost a few microseconds per command.
+            conn = self.checkout(Purpose.OTHER)
+            try:
+                self.add_read_preference(command, preference, None)
+                return self.send_in_implicit_session(conn, dbname, command)
+            finally:
+                self.pool.checkin(conn)
+        with self.lease(session, Purpose.OTHER, name=next(iter(command)),
                         deadline=deadline) as conn:
-            self.send(conn, dbname, command, session, deadline)
+            self.add_read_preference(command, preference, session)
+            if session is None:
+                return self.send_in_implicit_session(conn, dbname, command, deadline)
+            return self.send(conn, dbname, command, session, deadline)
+
+    def retry_read(self, error: PyMongoError, again: Callable[[], R],
+                   command: dict[str, Any], session: SessionLike | None,
+                   deadline: Deadline | None, retry: bool | None) -> R:
+        """``error`` ended the first attempt of ``command``: re-raise it, or
+        retry with ``again`` as the Retryable Reads spec says (once; under
+        a timeoutMS deadline, while time is left) if ``command`` is a read it
+        retries (or ``retry`` is True) and ``error`` is retryable. Call it in
+        the ``except`` clause that caught ``error``."""
+        if (retry is False or (session is not None and session.in_transaction)
+                or not retries.is_retryable_read_error(error)
+                or not (retry or (self.retry_reads and retries.is_retryable_read(command)))):
+            raise error
+        return self._retry(error, again, retries.is_retryable_read_error, deadline)
+
+    def _run_write(self, dbname: str, command: dict[str, Any], session: SessionLike | None,
+                   deadline: Deadline | None, preference: _ServerMode,
+                   retry: bool | None) -> dict[str, Any]:
+        """A retryable write: on a server that supports them, sent with a
+        transaction ID (the session's lsid, a new txnNumber) and retried
+        after an error labelled RetryableWriteError; elsewhere as any other
+        command. The first selection's error is the caller's to see."""
+        server = self.select(deadline)
+        if not server.retryable_writes_supported:
+            try:
+                return self._command_once(dbname, command, session, deadline, preference)
+            except PyMongoError as error:
+                return self.retry_read(
+                    error, lambda: self._command_once(dbname, command, session, deadline,
+                                                      preference),
+                    command, session, deadline, retry)
+        implicit = self.take_server_session() if session is None else None
+        if implicit is not None:
+            implicit.txn_number += 1
+            command["lsid"], txn_number = implicit.lsid, implicit.txn_number
+        else:
+            assert session is not None  # a server with retryable writes has sessions
+            txn_number = session.next_txn_number()
+        command["txnNumber"] = Int64(txn_number)
+        try:
+            try:
+                return self._write_once(dbname, command, session, deadline, preference,
+                                        implicit, server)
+            except PyMongoError as error:
+                if not error.has_error_label(retries.RETRYABLE_WRITE_ERROR):
+                    raise
+                return self._retry(
+                    error, lambda: self._write_once(dbname, command, session, deadline,
+                                                    preference, implicit,
+                                                    self._select_for_retry(deadline)),
+                    _labelled_retryable, deadline)
+        finally:
+            if implicit is not None:
+                self.give_server_session(implicit, implicit.dirty)
+
+    def _write_once(self, dbname: str, command: dict[str, Any], session: SessionLike | None,
+                    deadline: Deadline | None, preference: _ServerMode,
+                    implicit: ServerSession | None, server: ServerDescription
+                    ) -> dict[str, Any]:
+        """One attempt of a retryable write on ``server`` (as selected); its
+        errors labelled as the spec says, and the implicit server session
+        marked dirty unless the server answered or nothing was sent."""
+        try:
+            return self._command_once(dbname, command, session, deadline, preference)
+        except PyMongoError as error:
+            retries.label_write_error(error, server.max_wire_version)
+            if implicit is not None and not isinstance(
+                    error, OperationFailure | NotPrimaryError | ServerSelectionTimeoutError
+                    | WaitQueueTimeoutError):
+                implicit.dirty = True  # the server may still hold the session busy
+            raise
+        except BaseException:
+            if implicit is not None:
+                implicit.dirty = True  # killed: the command may be running still
+            raise
+
+    def _select_for_retry(self, deadline: Deadline | None) -> ServerDescription:
+        """The server for a retry of a write; a retry needs one that supports
+        retryable writes, else the previous error is the one to report."""
+        server = self.select(deadline)
+        if not server.retryable_writes_supported:
+            raise _Unsupported
+        return server
+
+    def _retry(self, error: PyMongoError, again: Callable[[], R],
+               retryable: Callable[[PyMongoError], bool], deadline: Deadline | None) -> R:
+        """The attempts after a first one failed with ``error`` (retryable):
+        one more, or under a timeoutMS deadline as many as it allows, each on
+        a server selected afresh. The error reported is the last one from an
+        attempt that reached the server (an earlier one if a retry found no
+        server or no connection, or the server did nothing); once a deadline
+        has expired it is a timeout error, as the CSOT spec says."""
+        reported = error
+        while True:
+            if deadline is not None and deadline.expired():
+                raise _timed_out(deadline, reported)
+            try:
+                return again()
+            except _Unsupported:
+                raise reported from None
+            except PyMongoError as failed:
+                if not retries.no_attempt_made(failed):
+                    reported = failed
+                if deadline is not None and deadline.expired():
+                    raise _timed_out(deadline, failed if failed.timeout else reported) from None
+                if deadline is None or not retryable(failed):
+                    raise reported from None
 
     # -- implicit sessions (Sessions spec) ------------------------------------------------
-    # Without an explicit session a command runs in an implicit one: an lsid
-    # from the pool of server sessions, given back after use unless a network
+    # Without an explicit session a command runs in an implicit one: a
+    # server session from the pool, given back after use unless a network
     # error made it dirty.
 
-    def take_lsid(self) -> dict[str, Any] | None:
+    def take_server_session(self) -> ServerSession | None:
         """The most recently used idle server session that is not about to
         expire, or a new one; None if the server does not support sessions.
 
@@ -314,52 +520,57 @@ class Operations:
         logicalSessionTimeoutMinutes and not to prune the session pool."""
         if self.load_balanced:
             if self._server_sessions:
-                return self._server_sessions.pop()[0]
-            return {"id": Binary(uuid.uuid4().bytes, UUID_SUBTYPE)}
+                return self._server_sessions.pop()
+            return ServerSession()
         minutes = self.topology.server.logical_session_timeout_minutes
         if minutes is None:
             return None
         now = time.monotonic()
         while self._server_sessions:
-            lsid, last_used = self._server_sessions.pop()
-            if now - last_used < (minutes - 1) * 60:
-                return lsid
-        return {"id": Binary(uuid.uuid4().bytes, UUID_SUBTYPE)}
+            server_session = self._server_sessions.pop()
+            if now - server_session.last_used < (minutes - 1) * 60:
+                return server_session
+        return ServerSession()
 
     def send_in_implicit_session(self, conn: Connection[Link], dbname: str,
                                  command: dict[str, Any],
                                  deadline: Deadline | None = None) -> dict[str, Any]:
         """:meth:`send` without an explicit session: in an implicit one lent
-        by :meth:`take_lsid` (unless the command names its own ``lsid``, or
-        the server has no sessions) and given back afterwards."""
-        lsid = None if "lsid" in command else self.take_lsid()
-        if lsid is None:
+        by :meth:`take_server_session` (unless the command names its own
+        ``lsid``, or the server has no sessions) and given back afterwards.
+        After a failure the lent ``lsid`` is taken out of ``command`` again,
+        so that a retry gets one afresh."""
+        server_session = None if "lsid" in command else self.take_server_session()
+        if server_session is None:
             return self.send(conn, dbname, command, None, deadline)
-        command["lsid"] = lsid
+        command["lsid"] = server_session.lsid
         dirty = False
         try:
             return self.send(conn, dbname, command, None, deadline)
-        except ConnectionFailure:
-            dirty = True
+        except BaseException as error:
+            del command["lsid"]
+            # Unless the server answered, it may still hold the session busy.
+            dirty = not isinstance(error, OperationFailure | NotPrimaryError)
             raise
         finally:
             # A kill mid-command breaks the connection: the server may
             # still run the command in this session, so never reuse it.
-            self.give_lsid(lsid, dirty or conn.error is not None)
+            self.give_server_session(server_session, dirty or conn.error is not None)
 
-    def give_lsid(self, lsid: dict[str, Any], dirty: bool) -> None:
-        """Take back a server session from :meth:`take_lsid`; ``dirty`` if a
-        command in it failed other than by the server's refusal."""
+    def give_server_session(self, server_session: ServerSession, dirty: bool) -> None:
+        """Take back a server session from :meth:`take_server_session`;
+        ``dirty`` if a command in it failed other than by the server's refusal."""
         if dirty:
             return  # the server may still hold it busy: never reuse it
         if self._closed:
-            self._ended_lsids.append(lsid)
+            self._ended_lsids.append(server_session.lsid)
         else:
-            self._server_sessions.append((lsid, time.monotonic()))
+            server_session.last_used = time.monotonic()
+            self._server_sessions.append(server_session)
 
     def _end_server_sessions(self) -> None:
         """Tell the server the sessions are over (best effort, as drivers do)."""
-        lsids = self._ended_lsids + [lsid for lsid, _ in self._server_sessions]
+        lsids = self._ended_lsids + [each.lsid for each in self._server_sessions]
         self._ended_lsids, self._server_sessions = [], []
         if not lsids or not self.topology.server.is_server_type_known:
             return
@@ -403,6 +614,25 @@ class Operations:
                 self._end_server_sessions()
         finally:
             self._closed = True
+
+
+class _Unsupported(Exception):
+    """A retry found a server that does not support retryable writes: the
+    previous error is the one to report."""
+
+
+def _labelled_retryable(error: PyMongoError) -> bool:
+    return error.has_error_label(retries.RETRYABLE_WRITE_ERROR)
+
+
+def _timed_out(deadline: Deadline, error: PyMongoError) -> PyMongoError:
+    """What to raise once retrying has used up the deadline: ``error`` if it
+    is a timeout error itself, else the deadline's timeout error caused by it."""
+    if error.timeout:
+        return error
+    timed_out = deadline.exceeded(f"retrying gave up; last error: {error}")
+    timed_out.__cause__ = error
+    return timed_out
 
 
 def _transaction_error(session: SessionLike | None, name: str, error: PyMongoError) -> None:

@@ -10,7 +10,10 @@ Monitoring spec, which the CMAP spec defers to, with the Load Balancer spec's
 changes:
 
 * an error on a connection of an older generation is ignored (a clear has
-  already dealt with it);
+  already dealt with it), and so is a command error whose ``topologyVersion``
+  is not newer than the server's (the server description already reflects
+  that state change: concurrent operations failing with the same "not
+  primary" change nothing after the first);
 * in load-balanced mode the server is never marked Unknown, errors before or
   during the hello are ignored, and a clear applies to the connection's
   serviceId only;
@@ -19,7 +22,9 @@ changes:
 * "not primary" and "node is recovering" (state change) errors mark the
   server Unknown and request a check; they clear the pool only when the node
   is shutting down or is older than 4.2 (wire version < 8), whose state
-  changes closed connections anyway;
+  changes closed connections anyway. The wire version is that of the
+  connection that got the error, never the server description's (which is
+  0 once an earlier error has marked the server Unknown);
 * any other command error during the handshake (authentication, or a hello
   refused) marks Unknown and clears;
 * other network errors mark Unknown and clear;
@@ -28,14 +33,17 @@ changes:
 
 Monitor check failures (``check_failed``) always mark Unknown and clear,
 interrupting in-use connections when the check timed out (CMAP's
-interruptInUseConnections).
+interruptInUseConnections). A check whose reply carries an older
+``topologyVersion`` than the server description's is stale and ignored
+(``is_stale_description``).
 """
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple, TypeGuard
 
 from pymongo.errors import (
     ConnectionFailure,
@@ -46,15 +54,15 @@ from pymongo.errors import (
 )
 from pymongo.errors import WaitQueueTimeoutError as _PyMongoWaitQueueTimeoutError
 
+from greenpool.client.retries import error_code
 from greenpool.errors import PoolClearedError
 from greenpool.wire.replies import SHUTDOWN_CODES, is_state_change_error
 
-__all__ = ["IGNORE", "ErrorContext", "Phase", "Verdict", "check_failed", "judge"]
+__all__ = ["IGNORE", "ErrorContext", "Phase", "Verdict", "check_failed", "is_stale_description",
+           "judge"]
 
 # Servers older than this close every connection on a state change.
 _KEEPS_CONNECTIONS_ON_STATE_CHANGE = 8
-# NotPrimaryError raised from a message, without a code.
-_DEFAULT_NOT_PRIMARY_CODE = 10107
 
 
 class Verdict(NamedTuple):
@@ -86,14 +94,17 @@ class ErrorContext:
     #: Whether the connection belongs to an older generation than its pool's.
     stale: bool = False
     load_balanced: bool = False
-    #: The server's maxWireVersion, if known.
+    #: The maxWireVersion of the connection that got the error, if its
+    #: handshake told it.
     max_wire_version: int | None = None
+    #: The server description's topologyVersion, if it has one.
+    topology_version: Mapping[str, Any] | None = None
 
 
 def judge(context: ErrorContext) -> Verdict:
     """SDAM's verdict on an application error."""
     error, phase = context.error, context.phase
-    if context.stale:
+    if context.stale or _is_stale_error(context):
         return IGNORE
     if context.load_balanced and phase is Phase.CONNECT:
         return IGNORE
@@ -106,6 +117,15 @@ def judge(context: ErrorContext) -> Verdict:
     if isinstance(error, ConnectionFailure):
         return _unknown_and_clear(context)
     return IGNORE
+
+
+def is_stale_description(current: Mapping[str, Any] | None,
+                         new: Mapping[str, Any] | None) -> bool:
+    """Whether a check's reply is older than what the server description
+    already says: both topologyVersions from the same server process, the
+    new counter lower (SDAM ignores such a reply)."""
+    counters = _counters(current, new)
+    return counters is not None and counters[0] > counters[1]
 
 
 def check_failed(error: BaseException) -> Verdict:
@@ -131,16 +151,40 @@ def _judge_command_error(
     return IGNORE
 
 
+def _is_stale_error(context: ErrorContext) -> bool:
+    """SDAM: a command error whose topologyVersion is not newer than the
+    server description's says nothing new."""
+    details = getattr(context.error, "details", None)
+    if not isinstance(details, Mapping):
+        return False
+    counters = _counters(context.topology_version, details.get("topologyVersion"))
+    return counters is not None and counters[0] >= counters[1]
+
+
+def _counters(current: object, other: object) -> tuple[int, int] | None:
+    """The counters of two topologyVersions, if they can be compared: both
+    well formed and from the same server process (a restarted server counts
+    afresh). Anything a server sends can be wrong: a malformed one compares
+    as unknown (never stale) rather than raising."""
+    if not (isinstance(current, Mapping) and isinstance(other, Mapping)):
+        return None
+    first, second = current.get("counter"), other.get("counter")
+    if not (_is_int(first) and _is_int(second)):
+        return None
+    if "processId" not in current or current["processId"] != other.get("processId"):
+        return None
+    return first, second
+
+
+def _is_int(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _unknown_and_clear(context: ErrorContext) -> Verdict:
     return Verdict(mark_unknown=not context.load_balanced, clear=True)
 
 
 def _code_and_message(error: OperationFailure | NotPrimaryError) -> tuple[int | None, str]:
-    details = getattr(error, "details", None) or {}
-    code = getattr(error, "code", None)
-    if code is None:
-        code = details.get("code")
-    if code is None and isinstance(error, NotPrimaryError):
-        code = _DEFAULT_NOT_PRIMARY_CODE
-    message = details.get("errmsg") or str(error)
-    return code, message
+    details = getattr(error, "details", None)
+    message = details.get("errmsg") if isinstance(details, Mapping) else None
+    return error_code(error), message or str(error)

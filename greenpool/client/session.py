@@ -137,6 +137,13 @@ class Session:
             command["startTransaction"] = True
             self.state = TransactionState.IN_PROGRESS
 
+    def next_txn_number(self) -> int:
+        """A transaction number not used before in this session, for a
+        retryable write outside a transaction (the Retryable Writes spec)."""
+        self._check_not_ended()
+        self.txn_number += 1
+        return self.txn_number
+
     def commit_transaction(self, *, timeout: float | None = None) -> None:
         """Commit; a commit of a transaction that ran nothing sends nothing.
 
@@ -356,7 +363,9 @@ def _label(error: PyMongoError, label: str) -> None:
 
 
 def _is_retryable(error: PyMongoError) -> bool:
-    return isinstance(error, ConnectionFailure) or error.has_error_label("RetryableWriteError")
+    # Labelled by the server, or by Operations.run_in_session (network
+    # errors, a cleared pool): the Retryable Writes spec's test.
+    return error.has_error_label("RetryableWriteError")
 
 
 def _is_max_time_expired(error: PyMongoError) -> bool:

@@ -14,6 +14,13 @@ PyMongo's ``TopologyListener``, ``ServerListener`` and
 What the topology does with errors is decided by :mod:`greenpool.client.sdam`; this
 module applies the verdicts: it marks the server Unknown, clears the pool
 (with the error that caused it) and requests an immediate check.
+
+Server selection follows the Server Selection spec's loop: while the server
+is unknown, each round requests an immediate check and waits for the next
+check to complete (whatever its outcome), until the server is known or the
+timeout passes. The monitor runs requested checks at most every
+minHeartbeatFrequencyMS (500 ms), so a server that comes back is used within
+about half a second of answering, however long heartbeatFrequencyMS is.
 """
 
 from __future__ import annotations
@@ -36,7 +43,14 @@ from pymongo.server_description import ServerDescription
 from pymongo.topology_description import TOPOLOGY_TYPE, TopologyDescription
 
 from greenpool.address import Address, format_address
-from greenpool.client.sdam import ErrorContext, Phase, Verdict, check_failed, judge
+from greenpool.client.sdam import (
+    ErrorContext,
+    Phase,
+    Verdict,
+    check_failed,
+    is_stale_description,
+    judge,
+)
 from greenpool.client.topologylog import log_event
 from greenpool.errors import ProtocolError
 from greenpool.pool.connection import Connection
@@ -89,7 +103,8 @@ class Topology:
         self._settings = _Settings([address], heartbeat_frequency, load_balanced=load_balanced)
         self._server = ServerDescription(address)
         self._description = self._describe(TOPOLOGY_TYPE.Unknown, {})
-        self._known: WaitQueue[bool] = WaitQueue()
+        # Selections waiting for the next check to complete (Server Selection spec).
+        self._checks: WaitQueue[bool] = WaitQueue()
         self.monitor: Monitor | None = None
         self._closed = False
 
@@ -137,28 +152,43 @@ class Topology:
         self._emit("closed", _m.ServerClosedEvent(self.address, self.topology_id))
         self._change_topology(self._describe(TOPOLOGY_TYPE.Unknown, {}))
         self._emit("closed", _m.TopologyClosedEvent(self.topology_id))
-        self._known.fail_all(lambda: ServerSelectionTimeoutError("the client was closed"))
+        self._checks.fail_all(lambda: ServerSelectionTimeoutError("the client was closed"))
 
     # -- server selection -------------------------------------------------------------
 
-    def select(self, timeout: float | None = None) -> None:
-        """Wait until the server is usable (known), at most the server
-        selection timeout; requests an immediate check while waiting."""
+    def select(self, timeout: float | None = None) -> ServerDescription:
+        """The server's description once it is usable (known), waiting at most
+        the server selection timeout (``timeout`` instead, if given)."""
         if self._closed:
             raise ServerSelectionTimeoutError(
                 f"{format_address(self.address)}: the client was closed")
-        if self._server.is_server_type_known:
-            return
-        limit = self.server_selection_timeout if timeout is None else timeout
-        if self.monitor is not None:
-            self.monitor.request_check()
-        try:
-            self._known.join().wait(limit)
-        except WaitTimedOut:
-            raise ServerSelectionTimeoutError(
-                f"{format_address(self.address)}: no usable server within {limit:g} s; "
-                f"last error: {self._server.error!r}"
-            ) from None
+        server = self._server
+        if server.is_server_type_known:
+            return server
+        return self._wait_for_server(
+            self.server_selection_timeout if timeout is None else timeout)
+
+    def _wait_for_server(self, limit: float) -> ServerDescription:
+        """The Server Selection spec's loop: request an immediate check, wait
+        until a check completes, look again; a failed check wakes the waiters
+        too, so each round asks for the next check (the monitor spaces them
+        by minHeartbeatFrequencyMS)."""
+        expires = time.monotonic() + limit
+        while True:
+            if self._closed:  # closed while this waiter was being woken
+                raise ServerSelectionTimeoutError(
+                    f"{format_address(self.address)}: the client was closed")
+            if self.monitor is not None:
+                self.monitor.request_check()
+            try:
+                self._checks.join().wait(expires - time.monotonic())
+            except WaitTimedOut:
+                raise ServerSelectionTimeoutError(
+                    f"{format_address(self.address)}: no usable server within {limit:g} s; "
+                    f"last error: {self._server.error!r}"
+                ) from None
+            if self._server.is_server_type_known:
+                return self._server
 
     # -- what checks and errors tell us ---------------------------------------------------
 
@@ -167,9 +197,11 @@ class Topology:
         describe the server, resume the pool."""
         if self._closed:
             return
-        self._change_server(description)
-        self.pool.ready()
-        self._known.deliver_all(True)
+        if not is_stale_description(self._server.topology_version,
+                                    description.topology_version):
+            self._change_server(description)
+            self.pool.ready()
+        self._checks.deliver_all(True)
 
     def check_failed(self, error: Exception) -> None:
         """A monitor check failed: Unknown, and the pool cleared (and
@@ -177,17 +209,21 @@ class Topology:
         if self._closed:
             return
         self._apply(check_failed(error), error, service_id=None)
+        self._checks.deliver_all(False)
 
     def handle_error(self, error: Exception, phase: Phase,
                      conn: Connection[Any] | None = None) -> Verdict:
         """Apply SDAM's rules to an application error on ``conn``."""
+        link = conn.transport if conn is not None else None
         context = ErrorContext(
             error, phase,
             stale=conn is not None and self.pool.is_stale(conn),
             load_balanced=self.load_balanced,
-            # Behind a load balancer the description has no wire version
-            # (the Load Balancer spec needs servers of 5.0 and later).
-            max_wire_version=None if self.load_balanced else self._server.max_wire_version,
+            # The connection's own wire version: after a first error the
+            # description is Unknown, whose wire version (0) says nothing.
+            max_wire_version=(link.max_wire_version
+                              if link is not None and link.hello is not None else None),
+            topology_version=self._server.topology_version,
         )
         verdict = judge(context)
         self._apply(verdict, error, service_id=conn.service_id if conn is not None else None)
@@ -268,10 +304,13 @@ class Monitor:
 
     Each check is a hello on the monitoring connection (opened, with the
     handshake as the first check, when there is none). Between checks it
-    sleeps heartbeatFrequencyMS, or less when a check is requested (at most
-    every 500 ms). After a network error on a server that was known it checks
-    again at once, as the spec's retry-once rule says. Its sleeps never keep
-    ``Hub.join()`` waiting.
+    sleeps heartbeatFrequencyMS, or less when a check is requested: at once,
+    but never sooner than minHeartbeatFrequencyMS (500 ms) after the previous
+    check ended; a request that arrives while a check is in flight is
+    ignored, as the spec says (selection asks again when it completes). After
+    a network error on a server that was known it checks again at once, as
+    the spec's retry-once rule says. Its sleeps never keep ``Hub.join()``
+    waiting.
     """
 
     def __init__(self, topology: Topology, make_checker: Callable[[], Checker]) -> None:
@@ -347,7 +386,8 @@ class Monitor:
         if isinstance(failed, ConnectionFailure) and was_known and not self._stopped:
             self._check_once()  # a network error on a known server: retry at once (SDAM)
         self._alarm.sleep(frequency)
-        # Requested checks may come early, but not more often than 500 ms.
+        # Requested checks may come early, but not sooner than
+        # minHeartbeatFrequencyMS after the previous one ended.
         while (early := MIN_HEARTBEAT_FREQUENCY - (time.monotonic() - self._last_check)) > 0:
             self._alarm.sleep(early)
 
@@ -355,7 +395,14 @@ class Monitor:
         """One check; whatever fails in it (connecting, the hello, parsing the
         reply, applying it) is a failed check, reported with that error."""
         topology = self._topology
-        self._last_check = time.monotonic()
+        if self._pid != os.getpid():
+            # Forked without Python's at-fork hooks (uWSGI forks its workers
+            # so): the monitoring connection is the parent's.
+            self._forget_parent_checker()
+        # Requests made until now are answered by this check; those made
+        # while it is in flight are ignored (SDAM's "requesting an immediate
+        # check"): whoever still needs one asks again when it completes.
+        self._alarm.forget()
         if self._checker is None:
             self._connections += 1  # this check opens a new monitoring connection
             self._server_connection_id = None
@@ -400,6 +447,9 @@ class Monitor:
                 time.monotonic() - started, error, topology.address, False), **ids)
             topology.check_failed(error)
             return error
+        finally:
+            # minHeartbeatFrequencyMS counts from the end of a check.
+            self._last_check = time.monotonic()
         return None
 
 

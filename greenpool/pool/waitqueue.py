@@ -10,7 +10,8 @@ Four primitives, each small enough to reason about completely:
 * :class:`WaitQueue`: slots in arrival order. ``deliver`` gives a value to
   the oldest live slot; that is the whole fairness policy. Slots that left
   early are skipped and compacted away, so leaving is O(1).
-* :class:`Alarm`: the maintenance greenlet's sleep, cut short by ``ring()``.
+* :class:`Alarm`: the maintenance greenlet's (and the monitor's) sleep, cut
+  short by ``ring()``.
   Its timer does not keep ``Hub.join()`` from returning.
 * :class:`Turns`: fair turns for checkouts that find something free and so
   never join a queue (see its docstring).
@@ -264,6 +265,11 @@ class Alarm:
         self._rung = True
         if self._greenlet is not None:
             self._hub.loop.run_callback(self._wake)
+
+    def forget(self) -> None:
+        """Drop a ring received while awake: the next sleep runs its course
+        unless rung again (for a sleeper whose work answers the rings so far)."""
+        self._rung = False
 
     def sleep(self, seconds: float | None) -> None:
         """Sleep ``seconds`` (None: until rung), or one hub turn if rung since

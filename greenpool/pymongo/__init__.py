@@ -9,6 +9,12 @@ One line changes in an application that already runs PyMongo under gevent::
 
     from greenpool.pymongo import MongoClient   # instead of: from pymongo import MongoClient
 
+Where a framework builds the client from keyword arguments it passes through
+(Flask-PyMongo, MongoEngine, a Django backend's ``OPTIONS``), give it
+:func:`client_kwargs`::
+
+    mongo = PyMongo(app, uri, **client_kwargs(maxPoolSize=10))
+
 Everything else is PyMongo: the same constructor arguments, URI options,
 server selection, retries, sessions, transactions, SDAM, authentication, TLS
 and compression. Only the application connection pools change. They hand
@@ -26,8 +32,9 @@ The modules, one job each:
 * ``holders.py``: its base, which says who holds its connections (its report, the
   holders its WaitQueueTimeoutError names, long-hold warnings).
 * ``condition.py``: :class:`KillSafeCondition`, the condition server selection waits on.
-* ``keywords.py``: :func:`pool_factory` and the private ``MongoClient`` keywords that
-  plug both in, named nowhere else.
+* ``keywords.py``: :func:`client_kwargs`, the keyword arguments that put greenpool's
+  pools under any ``MongoClient`` (for frameworks that build their own), and
+  :func:`pool_factory`; PyMongo's private keywords are named nowhere else.
 * ``client.py``: :class:`MongoClient`.
 * ``before_4_18.py`` and ``before_4_13.py``: what older supported PyMongo releases
   do differently, one module per release boundary, deleted when its releases leave
@@ -42,7 +49,7 @@ from __future__ import annotations
 
 from greenpool.pymongo.client import MongoClient
 from greenpool.pymongo.condition import KillSafeCondition
-from greenpool.pymongo.keywords import pool_factory
+from greenpool.pymongo.keywords import client_kwargs, pool_factory
 from greenpool.pymongo.pool import GreenPool
 from greenpool.pymongo.versions import (
     SUPPORTED_PYMONGO,
@@ -57,5 +64,6 @@ __all__ = [
     "MongoClient",
     "UnsupportedPyMongoVersion",
     "check_pymongo_version",
+    "client_kwargs",
     "pool_factory",
 ]

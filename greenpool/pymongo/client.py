@@ -11,7 +11,7 @@ from typing import Any
 import pymongo
 
 from greenpool.pymongo.internals import _DocumentType
-from greenpool.pymongo.keywords import plug_in, require_patched_threading
+from greenpool.pymongo.keywords import client_kwargs, require_patched_threading
 
 
 class MongoClient(pymongo.MongoClient[_DocumentType]):
@@ -33,4 +33,5 @@ class MongoClient(pymongo.MongoClient[_DocumentType]):
     def __init__(self, *args: Any, acquire_sites: bool | None = None,
                  long_hold_threshold: float | None = None, **kwargs: Any) -> None:
         require_patched_threading()
-        super().__init__(*args, **plug_in(kwargs, acquire_sites, long_hold_threshold))
+        super().__init__(*args, **client_kwargs(
+            acquire_sites=acquire_sites, long_hold_threshold=long_hold_threshold, **kwargs))

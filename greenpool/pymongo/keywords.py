@@ -4,7 +4,9 @@ Rules of this module: the only place in greenpool that names PyMongo's private
 ``MongoClient`` keyword arguments. PyMongo builds every pool through ``_pool_class``
 and the condition server selection waits on through ``_condition_class``; both are
 documented only as "for deep customization", hence the exact version range checked
-at import (``versions.py``). :func:`pool_factory` is the ``_pool_class``: application
+at import (``versions.py``). :func:`client_kwargs` gives both to a ``MongoClient``,
+for :class:`~greenpool.pymongo.MongoClient` and for frameworks that build their own.
+:func:`pool_factory` is the ``_pool_class``: application
 pools become :class:`~greenpool.pymongo.pool.GreenPool`; the monitor and RTT pools
 stay PyMongo's, because nothing ever waits in them and SDAM reads their internals.
 :class:`~greenpool.pymongo.condition.KillSafeCondition` is the ``_condition_class``.
@@ -30,7 +32,7 @@ def pool_factory(address: Any, options: Any, *args: Any, acquire_sites: bool | N
     PyMongo's own pool for monitoring (``is_sdam=True``; ``handshake=False``
     before PyMongo 4.13). ``acquire_sites`` and ``long_hold_threshold`` are
     greenpool's, for the GreenPools (see :class:`greenpool.Pool`); PyMongo
-    never passes them."""
+    never passes them: :func:`client_kwargs` binds them."""
     flag = args[0] if args else kwargs.get(MONITOR_FLAG, not MONITOR_VALUE)
     if flag == MONITOR_VALUE:
         return Pool(address, options, *args, **kwargs)
@@ -48,15 +50,39 @@ def require_patched_threading() -> None:
         )
 
 
-def plug_in(kwargs: dict[str, Any], acquire_sites: bool | None = None,
-            long_hold_threshold: float | None = None) -> dict[str, Any]:
-    """``kwargs`` with greenpool's pool class (making GreenPools with the two
-    settings) and condition set; a caller that set either keyword gets a TypeError."""
-    factory = pool_factory
+def client_kwargs(*, acquire_sites: bool | None = None, long_hold_threshold: float | None = None,
+                  **options: Any) -> dict[str, Any]:
+    """The keyword arguments that put greenpool's pools under a ``MongoClient``.
+
+    For a client a framework builds from keyword arguments it passes through
+    (Flask-PyMongo's ``PyMongo(app, uri, **kwargs)``, MongoEngine's
+    ``connect(**kwargs)``, a Django backend's ``OPTIONS``): ``options``, plus
+    what :class:`~greenpool.pymongo.MongoClient` sets itself, so the
+    application never names PyMongo's private keywords. The application pools
+    become :class:`~greenpool.pymongo.GreenPool` (FIFO waits, kill safety) and
+    server selection waits on :class:`~greenpool.pymongo.KillSafeCondition`.
+    The pools refuse to start unless gevent has monkey-patched ``threading``.
+    ``acquire_sites`` and ``long_hold_threshold`` (greenpool's, never
+    connection string options) are the pools' (see :class:`greenpool.Pool`).
+
+    Raises :class:`TypeError` if ``options`` sets either of those keywords to
+    something else; ``options`` from an earlier call are kept as they are.
+    """
+    kwargs = dict(options)
+    for keyword, ours in (("_pool_class", pool_factory),
+                          ("_condition_class", KillSafeCondition)):
+        given = kwargs.setdefault(keyword, ours)
+        if not (given is ours or _binds(given, ours)):
+            raise TypeError(
+                f"greenpool.pymongo sets {keyword} itself, to {ours.__qualname__}; "
+                f"got {kwargs[keyword]!r}")
     if (acquire_sites, long_hold_threshold) != (None, None):
-        factory = functools.partial(pool_factory, acquire_sites=acquire_sites,
-                                    long_hold_threshold=check_threshold(long_hold_threshold))
-    for keyword, ours in (("_pool_class", factory), ("_condition_class", KillSafeCondition)):
-        if kwargs.setdefault(keyword, ours) is not ours:
-            raise TypeError(f"greenpool.pymongo.MongoClient sets {keyword} itself")
+        kwargs["_pool_class"] = functools.partial(
+            pool_factory, acquire_sites=acquire_sites,
+            long_hold_threshold=check_threshold(long_hold_threshold))
     return kwargs
+
+
+def _binds(given: object, function: object) -> bool:
+    """Whether ``given`` is ``function`` with settings bound (an earlier call's)."""
+    return isinstance(given, functools.partial) and given.func is function

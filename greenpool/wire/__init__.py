@@ -7,6 +7,6 @@ transport: one command at a time) and ``connector`` (establishing a link
 within its deadline; the pool connector).
 
 Layer rule: modules here import each other, ``greenpool.errors``, ``greenpool.address``
-and the pool core (a link is the pool's connector); never the client, tools or adapter
+and the pool core (a link is the pool's connector); never the client, cli or adapter
 layers.
 """

@@ -1,4 +1,4 @@
-"""The watchdog between a program and its embedded server (see :mod:`greenpool.tools.embedded`).
+"""The watchdog between a program and its embedded server (see :mod:`greenpool.cli.embedded`).
 
 Rules of this module: the watchdog script; standard library only, and nothing imports it
 (it runs as a separate process).

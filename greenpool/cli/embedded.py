@@ -146,7 +146,7 @@ class EmbeddedServer:
         try:
             flags = []
             if self.tls:
-                from greenpool.tools._tlsfiles import write_tls_files
+                from greenpool.cli._tlsfiles import write_tls_files
 
                 files = write_tls_files(self._directory / "tls")
                 flags += ["--tls-cert-file", str(files.server), "--tls-key-file",

@@ -2,7 +2,7 @@
 
 Rules of this module: the demo's workload and report; nothing in the library imports it.
 
-Run it with ``python3 devtools/dev.py demo`` (or ``.venv/bin/python -m greenpool.tools.demo``
+Run it with ``python3 devtools/dev.py demo`` (or ``.venv/bin/python -m greenpool.cli.demo``
 once that made ``.venv``).
 It connects to ``$MONGODB_URI`` (or ``--uri``), or, when neither is given,
 starts an embedded SecantusDB on 127.0.0.1 for the run. Then a few thousand
@@ -26,9 +26,9 @@ from typing import Any
 import gevent
 from pymongo import monitoring
 
+from greenpool.cli.embedded import EmbeddedServer
 from greenpool.client.client import Client
 from greenpool.pool.monitoring import EventCounter
-from greenpool.tools.embedded import EmbeddedServer
 
 
 class PoolWatcher(EventCounter):

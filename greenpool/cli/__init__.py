@@ -1,0 +1,6 @@
+"""The command line: ``python -m greenpool check|server``, the demo
+(``python -m greenpool.cli.demo``) and the embedded server they run.
+
+Layer rule: the command line may import any layer of greenpool except the PyMongo adapter;
+nothing in greenpool's library layers imports it.
+"""
