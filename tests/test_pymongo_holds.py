@@ -269,6 +269,23 @@ def test_a_long_hold_is_logged_and_sent_once(mongodb_uri: str, app_name: str,
         client.close()
 
 
+def test_client_kwargs_binds_greenpools_own_keywords(mongodb_uri: str) -> None:
+    """For frameworks that build PyMongo's MongoClient themselves; the result
+    may go through greenpool.pymongo.MongoClient again unchanged."""
+    kwargs = greenpool_pymongo.client_kwargs(acquire_sites=True, maxPoolSize=3)
+    assert kwargs["maxPoolSize"] == 3 and "acquire_sites" not in kwargs
+    for client in (pymongo.MongoClient(mongodb_uri, **kwargs),
+                   greenpool_pymongo.MongoClient(mongodb_uri, **kwargs)):
+        try:
+            client.admin.command("ping")
+            pool = the_pool(client)
+            assert isinstance(pool, greenpool_pymongo.GreenPool) and pool._gp_sites
+        finally:
+            client.close()
+    with pytest.raises(ValueError, match="long_hold_threshold must be"):
+        greenpool_pymongo.client_kwargs(long_hold_threshold="5")
+
+
 def test_greenpools_own_keywords_are_checked_and_not_passed_to_pymongo(mongodb_uri: str) -> None:
     with pytest.raises(ValueError, match="long_hold_threshold must be None or a finite"):
         greenpool_pymongo.MongoClient(mongodb_uri, long_hold_threshold=-1)
