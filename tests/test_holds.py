@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -26,15 +25,11 @@ from greenpool import Pool, Purpose, WaitQueueTimeoutError
 from greenpool.pool import holds, reports
 from greenpool.pool.holds import LISTED_HOLDERS, Holder, Site
 from greenpool.pool.longholds import ConnectionHeldTooLongEvent
+from tests.holding import HoldListener, here, until
 from tests.mock import MockConnector
 
 ADDRESS = ("db.test", 27017)
 HERE = __file__
-
-
-def here() -> int:
-    """The caller's current line."""
-    return sys._getframe(1).f_lineno
 
 
 def make_pool(options: dict[str, Any] | None = None, **kwargs: Any) -> Pool[Any]:
@@ -48,12 +43,6 @@ def spawn(name: str, run: Callable[[], Any]) -> gevent.Greenlet:
     greenlet.name = name
     greenlet.start()
     return greenlet
-
-
-def until(predicate: Callable[[], bool], timeout: float = 5) -> None:
-    with gevent.Timeout(timeout, AssertionError("condition not reached")):
-        while not predicate():
-            gevent.sleep(0.001)
 
 
 class Lines:
@@ -337,24 +326,6 @@ def test_report_on_signal_refuses_what_is_not_a_signal_number() -> None:
 
 
 # -- long holds -----------------------------------------------------------------------------
-
-
-class HoldListener(monitoring.ConnectionPoolListener):
-    """A PyMongo pool listener that also listens for long holds."""
-
-    def __init__(self) -> None:
-        self.long_holds: list[ConnectionHeldTooLongEvent] = []
-
-    def connection_held_too_long(self, event: ConnectionHeldTooLongEvent) -> None:
-        self.long_holds.append(event)
-
-    def _ignore(self, event: object) -> None:
-        pass
-
-    pool_created = pool_ready = pool_cleared = pool_closed = _ignore
-    connection_created = connection_ready = connection_closed = _ignore
-    connection_check_out_started = connection_check_out_failed = _ignore
-    connection_checked_out = connection_checked_in = _ignore
 
 
 def test_a_long_hold_is_logged_and_sent_once_per_hold(caplog: pytest.LogCaptureFixture) -> None:

@@ -11,7 +11,6 @@ file and where it is now. ``-s`` prints the errors as a user sees them.
 from __future__ import annotations
 
 import logging
-import sys
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
@@ -23,32 +22,12 @@ from gevent.pywsgi import WSGIServer
 from greenpool import Client, Cursor, WaitQueueTimeoutError
 from greenpool.pool.holds import Site
 from tests.failpoints import failpoint
+from tests.holding import here, named, show, until
 from tests.lb_proxy import LBCluster
 from tests.servers import unique, with_options
 
 pytestmark = pytest.mark.timeout(60)
 HERE = __file__
-
-
-def here() -> int:
-    return sys._getframe(1).f_lineno
-
-
-def until(predicate: Any, timeout: float = 10) -> None:
-    with gevent.Timeout(timeout, AssertionError("condition not reached")):
-        while not predicate():
-            gevent.sleep(0.005)
-
-
-def named(name: str, run: Any, *args: Any) -> gevent.Greenlet:
-    greenlet = gevent.Greenlet(run, *args)
-    greenlet.name = name
-    greenlet.start()
-    return greenlet
-
-
-def show(error: BaseException) -> None:
-    print(f"\n{type(error).__module__}.{type(error).__qualname__}: {error}")
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ also in its ``holders`` attribute. ``-s`` prints the errors.
 from __future__ import annotations
 
 import logging
-import sys
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
@@ -21,41 +20,19 @@ import gevent
 import pymongo
 import pytest
 from gevent.pywsgi import WSGIServer
-from pymongo import monitoring
 from pymongo.errors import WaitQueueTimeoutError
 
 import greenpool
 from greenpool.pool import reports
 from greenpool.pool.holds import Site
-from greenpool.pool.longholds import ConnectionHeldTooLongEvent
 from tests.failpoints import failpoint
+from tests.holding import HoldListener, here, named, show, until
 from tests.lb_proxy import LBCluster
 from tests.servers import unique
 
 greenpool_pymongo = pytest.importorskip("greenpool.pymongo")
 pytestmark = pytest.mark.timeout(60)
 HERE = __file__
-
-
-def here() -> int:
-    return sys._getframe(1).f_lineno
-
-
-def until(predicate: Any, timeout: float = 10) -> None:
-    with gevent.Timeout(timeout, AssertionError("condition not reached")):
-        while not predicate():
-            gevent.sleep(0.005)
-
-
-def named(name: str, run: Any, *args: Any) -> gevent.Greenlet:
-    greenlet = gevent.Greenlet(run, *args)
-    greenlet.name = name
-    greenlet.start()
-    return greenlet
-
-
-def show(error: BaseException) -> None:
-    print(f"\n{type(error).__module__}.{type(error).__qualname__}: {error}")
 
 
 def the_pool(client: Any) -> Any:
@@ -228,22 +205,6 @@ def test_an_http_call_inside_a_transaction_is_named(lb: LBCluster, slow_http: st
 
 
 # -- long holds -----------------------------------------------------------------------------
-
-
-class HoldListener(monitoring.ConnectionPoolListener):
-    def __init__(self) -> None:
-        self.long_holds: list[ConnectionHeldTooLongEvent] = []
-
-    def connection_held_too_long(self, event: ConnectionHeldTooLongEvent) -> None:
-        self.long_holds.append(event)
-
-    def _ignore(self, event: object) -> None:
-        pass
-
-    pool_created = pool_ready = pool_cleared = pool_closed = _ignore
-    connection_created = connection_ready = connection_closed = _ignore
-    connection_check_out_started = connection_check_out_failed = _ignore
-    connection_checked_out = connection_checked_in = _ignore
 
 
 def test_a_long_hold_is_logged_and_sent_once(mongodb_uri: str, app_name: str,

@@ -31,6 +31,7 @@ from greenpool.pymongo import GreenPool, KillSafeCondition, client_kwargs, pool_
 from greenpool.pymongo.before_4_13 import MONITOR_FLAG, MONITOR_VALUE
 from greenpool.pymongo.internals import PoolState
 from tests.cmap_runner import CMAP_DIR, CmapTestRunner, Recorder, load_cmap_tests
+from tests.holding import HoldListener
 from tests.pymongo_support import (
     ADDRESS,
     FakeNetwork,
@@ -453,29 +454,11 @@ def test_kill_safe_condition_still_notifies() -> None:
 # -- who holds the pool (tests/test_pymongo_holds.py runs it on a real server) -------------
 
 
-class LongHolds(monitoring.ConnectionPoolListener):
-    """Records greenpool's long-hold events; PyMongo's own events are ignored."""
-
-    def __init__(self) -> None:
-        self.events: list[Any] = []
-
-    def connection_held_too_long(self, event: Any) -> None:
-        self.events.append(event)
-
-    def _ignore(self, event: object) -> None:
-        pass
-
-    pool_created = pool_ready = pool_cleared = pool_closed = _ignore
-    connection_created = connection_ready = connection_closed = _ignore
-    connection_check_out_started = connection_check_out_failed = _ignore
-    connection_checked_out = connection_checked_in = _ignore
-
-
 def test_holders_waiters_timeouts_and_long_holds(network: FakeNetwork) -> None:
     """On every supported release: the hold record of a checkout, the
     report's waiters, the holders in the timeout error, a long hold sent to
     the pool's listeners once, and nothing left after the checkin."""
-    listener = LongHolds()
+    listener = HoldListener()
     pool = make_pool({"maxPoolSize": 1, "waitQueueTimeoutMS": 100}, [listener],
                      long_hold_threshold=0.05)
     pool.ready()
@@ -494,15 +477,15 @@ def test_holders_waiters_timeouts_and_long_holds(network: FakeNetwork) -> None:
     assert [h.connection_id for h in raised.value.holders] == [held.id]  # type: ignore
     assert "Held by, longest first:" in str(raised.value)
     with gevent.Timeout(5):
-        while not listener.events:
+        while not listener.long_holds:
             gevent.sleep(0.01)
-    (event,) = listener.events
+    (event,) = listener.long_holds
     assert event.connection_id == held.id and event.duration >= 0.05
     pool.checkin(held)
     assert pool.holders() == [] and pool.report().waiting == 0
     pool.close()
     gevent.sleep(0)
-    assert pool._gp_watcher is None and len(listener.events) == 1
+    assert pool._gp_watcher is None and len(listener.long_holds) == 1
 
 # -- kills at every yield point ----------------------------------------------------------------
 
