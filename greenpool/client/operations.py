@@ -372,6 +372,13 @@ class Operations:
                 and (retry or self.retry_writes) and retries.is_retryable_write(command)
                 and (session is None or not session.in_transaction)):
             return self._run_write(dbname, command, session, deadline, preference, retry)
+        return self._run_read(dbname, command, session, deadline, preference, retry)
+
+    def _run_read(self, dbname: str, command: dict[str, Any], session: SessionLike | None,
+                  deadline: Deadline | None, preference: _ServerMode,
+                  retry: bool | None) -> dict[str, Any]:
+        """Any command but a retryable write: one attempt, then the retry
+        :meth:`retry_read` allows."""
         try:
             return self._command_once(dbname, command, session, deadline, preference)
         except PyMongoError as error:
@@ -422,13 +429,7 @@ class Operations:
         command. The first selection's error is the caller's to see."""
         server = self.select(deadline)
         if not server.retryable_writes_supported:
-            try:
-                return self._command_once(dbname, command, session, deadline, preference)
-            except PyMongoError as error:
-                return self.retry_read(
-                    error, lambda: self._command_once(dbname, command, session, deadline,
-                                                      preference),
-                    command, session, deadline, retry)
+            return self._run_read(dbname, command, session, deadline, preference, retry)
         implicit = self.take_server_session() if session is None else None
         if implicit is not None:
             implicit.txn_number += 1
