@@ -169,6 +169,8 @@ class Operations:
 
     def deadline(self, timeout: float | None, session: SessionLike | None) -> Deadline | None:
         """The deadline of an operation starting now (see greenpool.client.timeouts)."""
+        if timeout is None and session is None:
+            return resolve(None, self.timeout)  # the common case, in one call
         call = check_seconds("timeout", timeout)
         shared = session.deadline if session is not None else None
         if shared is not None:
