@@ -131,12 +131,16 @@ class Publisher:
         NotImplementedError), so a listener that does not override one gets
         no call, and an event nobody implements is not built. Sorted again whenever
         ``listeners`` is replaced."""
-        if self._sorted is not self.listeners:
-            self._by_method = {
-                name: tuple(each for each in self.listeners if _implements(each, name))
-                for name in _CMAP_METHODS}
-            self._sorted = self.listeners
-        return self._by_method[method]
+        by = self._by_method if self._sorted is self.listeners else self._sort()
+        return by[method]
+
+    def _sort(self) -> dict[str, tuple[object, ...]]:
+        # The three checkout events ask inline, as implementers does: a call less each.
+        self._by_method = {
+            name: tuple(each for each in self.listeners if _implements(each, name))
+            for name in _CMAP_METHODS}
+        self._sorted = self.listeners
+        return self._by_method
 
     # -- the outbox -----------------------------------------------------------
 
@@ -241,7 +245,8 @@ class Publisher:
 
     def checkout_started(self) -> None:
         if not logs(DEBUG):
-            if self.implementers("connection_check_out_started"):
+            by = self._by_method if self._sorted is self.listeners else self._sort()
+            if by["connection_check_out_started"]:
                 self._outbox.append((self._notify, (
                     "connection_check_out_started",
                     _m.ConnectionCheckOutStartedEvent(self.address))))
@@ -271,7 +276,8 @@ class Publisher:
 
     def checked_out(self, conn_id: int, duration: float) -> None:
         if not logs(DEBUG):
-            if self.implementers("connection_checked_out"):
+            by = self._by_method if self._sorted is self.listeners else self._sort()
+            if by["connection_checked_out"]:
                 self._outbox.append((self._notify, (
                     "connection_checked_out",
                     _m.ConnectionCheckedOutEvent(self.address, conn_id, duration))))
@@ -288,7 +294,8 @@ class Publisher:
 
     def checked_in(self, conn_id: int) -> None:
         if not logs(DEBUG):
-            if self.implementers("connection_checked_in"):
+            by = self._by_method if self._sorted is self.listeners else self._sort()
+            if by["connection_checked_in"]:
                 self._outbox.append((self._notify, (
                     "connection_checked_in", _m.ConnectionCheckedInEvent(self.address, conn_id))))
         else:
