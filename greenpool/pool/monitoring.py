@@ -6,10 +6,12 @@ and nothing here may switch greenlets while the pool is mid-change.
 
 Events are PyMongo's own event classes, delivered to objects implementing
 :class:`pymongo.monitoring.ConnectionPoolListener`, so a listener written for
-PyMongo works unchanged. Each event also produces the spec's log message on
-the ``greenpool.connection`` logger at DEBUG: the record's message is the
-spec's unstructured form, and ``record.structured`` holds the structured
-form (a dict with ``message``, ``serverHost``, ``serverPort``, ...).
+PyMongo works unchanged. Only the methods a listener's class overrides are
+called (PyMongo's are abstract), and an event no listener takes is not built.
+Each event also produces the spec's log message on the ``greenpool.connection``
+logger at DEBUG: the record's message is the spec's unstructured form, and
+``record.structured`` holds the structured form (a dict with ``message``,
+``serverHost``, ``serverPort``, ...).
 
 Ordering and safety. The pool changes its state without yielding and only
 then reports. Reports go into an outbox that is emptied in order at the end
