@@ -1,18 +1,39 @@
 """greenpool against PyMongo under gevent, and against a no-pool floor.
 
-    python3 devtools/dev.py bench [--quick] [--png waits.png] [--uri URI]
+    python3 devtools/dev.py bench [--quick] [--runs 3] [--png waits.png] [--uri URI]
+                                  [--only NAME,...] [--against DIR]
 
 The plot goes to ``--png``, by default ``benchmarks/results/bench-waits.png`` (ignored by git).
 
 Starts its own SecantusDB on 127.0.0.1 (:class:`greenpool.cli.embedded.EmbeddedServer`)
 unless ``--uri`` is given, and measures, side by side in one run:
 
-1. ``greenpool``: a :class:`greenpool.Client`;
-2. ``greenpool.pymongo``: PyMongo's MongoClient on greenpool's pools
+1. ``greenpool``: a :class:`greenpool.Client`, no listener;
+2. ``greenpool+listener``: the same with a CMAP listener attached (the one that
+   records every checkout's wait: the Client's wait columns come from it);
+3. ``greenpool.pymongo``: PyMongo's MongoClient on greenpool's pools
    (``greenpool.pymongo.MongoClient``), when that module is importable;
-3. ``pymongo``: stock PyMongo's MongoClient under ``gevent.monkey.patch_all()``;
-4. ``floor``: no pool at all: as many raw :mod:`greenpool.wire.link` connections as
+4. ``pymongo``: stock PyMongo's MongoClient under ``gevent.monkey.patch_all()``;
+5. ``floor``: no pool at all: as many raw :mod:`greenpool.wire.link` connections as
    the pool size, one greenlet each, commands back to back.
+
+The two PyMongo contenders carry the CMAP listener too (their waits come from it).
+
+Measure the client, not the server: on a machine with two CPUs or more, the
+server (and its watchdog) runs pinned to one CPU and every contender to
+another (``os.sched_setaffinity``), so the server never takes the
+contender's CPU and the contender's CPU time per operation is what the
+client costs; the header says which CPUs. The columns the goals are judged on
+are ``CPU µs/op`` (the contender process's user+sys time per operation) and
+``CPU vs floor``. Each contender and workload runs ``--runs`` times (3 by
+default), the contenders alternating within each round; the tables show the
+median of each column, and a table of goals closes the run, with the load
+average at its start and end.
+
+``--only`` runs the named contenders alone (the floor is always run);
+``--against DIR`` adds ``greenpool@against`` and ``greenpool+listener@against``:
+the same contenders with the greenpool of another tree (``git worktree add
+/tmp/before main``), in the same rounds, for side-by-side ratios.
 
 Workloads: (a) 1000 greenlets running ``ping``, maxPoolSize 10; (b) 10
 greenlets, maxPoolSize 10; (c) ``find`` returning 100 small documents, 200
@@ -21,8 +42,9 @@ greenlets, maxPoolSize 20; (d) the pool alone with a mock connector against a
 10,000 waiting greenlets' memory, and ``clear()`` failing them all.
 
 Each contender and workload runs in its own subprocess (monkey-patching does
-not leak, CPU time is that process's ``getrusage``). A checkout's wait is the
-CMAP ``ConnectionCheckedOutEvent.duration``. Prints a Markdown table and
+not leak, CPU time is that process's ``getrusage``), the ``@against`` ones in an
+interpreter started with ``-S`` and DIR first on ``PYTHONPATH``. A checkout's
+wait is the CMAP ``ConnectionCheckedOutEvent.duration``. Prints a Markdown table and
 writes a PNG of wait-time distributions (log scale) when matplotlib is there.
 Timings on shared machines are noisy: compare ratios within one run.
 """
@@ -35,6 +57,7 @@ import gc
 import json
 import os
 import resource
+import site
 import statistics
 import subprocess
 import sys
@@ -45,7 +68,9 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-CONTENDERS = ("greenpool", "greenpool.pymongo", "pymongo", "floor")
+CONTENDERS = ("greenpool", "greenpool+listener", "greenpool.pymongo", "pymongo", "floor")
+#: The contenders ``--against DIR`` runs with DIR's greenpool.
+AGAINST = ("greenpool", "greenpool+listener")
 WORKLOADS: dict[str, dict[str, Any]] = {
     "a": {"title": "(a) ping, 1000 greenlets, pool 10", "op": "ping", "greenlets": 1000,
           "ops": 200, "quick_ops": 10, "pool": 10},
@@ -95,12 +120,13 @@ def make_listener() -> tuple[Any, list[float]]:
 @contextlib.contextmanager
 def contender(name: str, uri: str, pool_size: int,
               listener: Any) -> Iterator[tuple[Callable[[], Any], Callable[[], Any]]]:
-    """(ping, find) callables for one contender."""
-    if name == "greenpool":
+    """(ping, find) callables for one contender; ``listener`` None: none attached."""
+    listeners = [] if listener is None else [listener]
+    if name.startswith("greenpool") and not name.startswith("greenpool.pymongo"):
         from greenpool.client.client import Client
 
         with Client(with_options(uri, maxPoolSize=pool_size),
-                    event_listeners=[listener]) as client:
+                    event_listeners=listeners) as client:
             yield (lambda: client.command("admin", {"ping": 1}),
                    lambda: list(client.find(DB, COLLECTION, {})))
         return
@@ -108,7 +134,7 @@ def contender(name: str, uri: str, pool_size: int,
         from greenpool.pymongo import MongoClient  # type: ignore[import-not-found,unused-ignore]
     else:
         from pymongo import MongoClient  # type: ignore[assignment,unused-ignore]
-    client = MongoClient(uri, maxPoolSize=pool_size, event_listeners=[listener])
+    client = MongoClient(uri, maxPoolSize=pool_size, event_listeners=listeners)
     try:
         admin, docs = client.admin, client[DB][COLLECTION]
         yield (lambda: admin.command("ping"), lambda: list(docs.find({})))
@@ -127,6 +153,8 @@ def run_child(name: str, workload: str, uri: str, quick: bool) -> dict[str, Any]
     if name == "floor":
         return run_floor(uri, spec, total)
     listener, waits = make_listener()
+    if name.split("@")[0] == "greenpool":
+        listener = None  # the Client alone: its waits are greenpool+listener's
     with contender(name, uri, pool_size, listener) as (ping, find):
         operation = ping if spec["op"] == "ping" else find
         for _ in range(pool_size):  # warm up: connections exist before timing
@@ -191,7 +219,7 @@ def summarize(total: int, elapsed: float, cpu: float, waits: list[float],
     waits.sort()
     result: dict[str, Any] = {
         "ops": total, "seconds": elapsed, "ops_per_s": total / elapsed,
-        "cpu_per_1000": 1000 * cpu / total,
+        "cpu_us_per_op": 1e6 * cpu / total,
         "finish_spread_ms": 1000 * (max(finished) - min(finished)),
         "finish_stdev_ms": 1000 * statistics.pstdev(finished),
         "checkouts": len(waits),
@@ -290,6 +318,8 @@ def run_waiters(count: int) -> dict[str, Any]:
 
 
 def child_main(args: argparse.Namespace) -> None:
+    if args.cpu is not None:
+        os.sched_setaffinity(0, {args.cpu})
     from gevent import monkey
 
     monkey.patch_all()
@@ -299,31 +329,85 @@ def child_main(args: argparse.Namespace) -> None:
         result = run_waiters(10_000)
     else:
         name, workload = args.child.split(":")
-        if name == "greenpool.pymongo":
+        if name.startswith("greenpool.pymongo"):
             try:
-                import greenpool.pymongo  # noqa: F401
+                import greenpool.pymongo
             except ImportError as error:
                 print(json.dumps({"unavailable": str(error)}))
                 return
         result = run_child(name, workload, args.uri, args.quick)
+    import greenpool
+
+    result["greenpool"] = greenpool.__file__
     print(json.dumps(result))
 
 
 # -- parent ---------------------------------------------------------------------------
 
+#: The goals the run is judged on: CPU per operation against the floor
+#: (greenpool) or against stock PyMongo (greenpool.pymongo), medians of the runs.
+CPU_GOALS = (
+    ("greenpool", "a", "floor", 1.5),
+    ("greenpool", "b", "floor", 1.5),
+    ("greenpool+listener", "a", "floor", 1.7),
+    ("greenpool+listener", "b", "floor", 1.7),
+    ("greenpool.pymongo", "a", "pymongo", 0.77),
+    ("greenpool.pymongo", "b", "pymongo", 0.77),
+)
+UNCONTENDED_GOAL = 5.0  # x a Semaphore pair
+CONTENDED_GOAL = 150_000  # ops/s
 
-def spawn(child: str, uri: str, quick: bool, timeout: float) -> dict[str, Any]:
+
+def pick_cpus() -> tuple[int | None, int | None]:
+    """(the server's CPU, the contenders' CPU), or (None, None) with fewer than two."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        return None, None
+    return cpus[0], cpus[1]
+
+
+def spawn(child: str, uri: str, quick: bool, timeout: float, cpu: int | None = None,
+          tree: Path | None = None) -> dict[str, Any]:
+    """One child; with ``tree``, an interpreter that imports greenpool from there."""
     command = [sys.executable, str(Path(__file__).resolve()), "--child", child, "--uri", uri]
+    env = None
+    if tree is not None:
+        # -S: no site-packages processing, so the venv's editable install of
+        # greenpool cannot win over the tree; its packages come from PYTHONPATH.
+        command.insert(1, "-S")
+        env = dict(os.environ,
+                   PYTHONPATH=os.pathsep.join([str(tree), *site.getsitepackages()]))
     if quick:
         command.append("--quick")
+    if cpu is not None:
+        command += ["--cpu", str(cpu)]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
-                              check=False)
+                              check=False, env=env)
     except subprocess.TimeoutExpired:
         return {"failed": f"timed out after {timeout:g} s"}
     if done.returncode:
         return {"failed": done.stderr.strip().splitlines()[-1:] or [f"rc {done.returncode}"]}
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    if tree is not None and "greenpool" in result:
+        assert Path(result["greenpool"]).resolve().is_relative_to(tree.resolve()), result
+    return result
+
+
+def median_result(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The median of each number over the runs; the wait quantiles (for the
+    plot) of the run with the median CPU time; ``cpu_runs``: each run's CPU."""
+    good = [r for r in runs if "failed" not in r and "unavailable" not in r]
+    if not good:
+        return runs[0]
+    by_cpu = sorted(good, key=lambda r: r["cpu_us_per_op"])
+    result = dict(by_cpu[len(by_cpu) // 2])
+    for key, value in good[0].items():
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            result[key] = statistics.median(r[key] for r in good if key in r)
+    result["cpu_runs"] = [r["cpu_us_per_op"] for r in good]
+    if len(good) < len(runs):
+        result["failed_runs"] = len(runs) - len(good)
     return result
 
 
@@ -342,33 +426,91 @@ def fmt(value: float | None, unit: str = "", digits: int = 1) -> str:
     return "—" if value is None else f"{value:,.{digits}f}{unit}"
 
 
-def table(results: dict[str, dict[str, dict[str, Any]]]) -> str:
+def ratio(top: dict[str, Any], bottom: dict[str, Any], key: str) -> float | None:
+    if key not in top or key not in bottom:
+        return None
+    return float(top[key]) / float(bottom[key])
+
+
+def table(results: dict[str, dict[str, dict[str, Any]]], names: list[str]) -> str:
     lines = []
     for workload, spec in WORKLOADS.items():
         by = results[workload]
-        floor = by.get("floor", {}).get("ops_per_s")
-        stock = by.get("pymongo", {}).get("ops_per_s")
-        lines.append(f"\n{spec['title']}, {by.get('greenpool', {}).get('ops', '?')} ops\n")
+        floor, stock = by.get("floor", {}), by.get("pymongo", {})
+        ops = next((r["ops"] for r in by.values() if "ops" in r), "?")
+        lines.append(f"\n{spec['title']}, {ops} ops, median of {len(by['floor']['cpu_runs'])} "
+                     f"runs\n" if "cpu_runs" in floor else f"\n{spec['title']}, {ops} ops\n")
         lines.append("| contender | ops/s | wait p50 | wait p99 | wait max | finish spread "
-                     "(stdev) | CPU s/1000 ops | vs floor | vs stock |")
-        lines.append("|---|---|---|---|---|---|---|---|---|")
-        for name in CONTENDERS:
+                     "(stdev) | CPU µs/op (each run) | CPU vs floor | CPU vs stock | "
+                     "ops/s vs floor | ops/s vs stock |")
+        lines.append("|---|---|---|---|---|---|---|---|---|---|---|")
+        for name in names:
             r = by.get(name, {})
             if "unavailable" in r or "failed" in r:
                 why = "not available" if "unavailable" in r else f"failed: {r['failed']}"
-                lines.append(f"| {name} | {why} | | | | | | | |")
+                lines.append(f"| {name} | {why} | | | | | | | | | |")
                 continue
-            rate = r["ops_per_s"]
+            runs = ", ".join(f"{cpu:.1f}" for cpu in r.get("cpu_runs", []))
             lines.append(
-                f"| {name} | {rate:,.0f} | {fmt(r.get('wait_p50_ms'), ' ms', 2)} | "
+                f"| {name} | {r['ops_per_s']:,.0f} | {fmt(r.get('wait_p50_ms'), ' ms', 2)} | "
                 f"{fmt(r.get('wait_p99_ms'), ' ms', 2)} | {fmt(r.get('wait_max_ms'), ' ms', 1)} | "
                 f"{r['finish_spread_ms']:,.0f} ms ({r['finish_stdev_ms']:,.0f}) | "
-                f"{r['cpu_per_1000']:.3f} | {fmt(rate / floor if floor else None, 'x', 2)} | "
-                f"{fmt(rate / stock if stock else None, 'x', 2)} |")
+                f"**{r['cpu_us_per_op']:.1f}** ({runs}) | "
+                f"**{fmt(ratio(r, floor, 'cpu_us_per_op'), 'x', 2)}** | "
+                f"{fmt(ratio(r, stock, 'cpu_us_per_op'), 'x', 2)} | "
+                f"{fmt(ratio(r, floor, 'ops_per_s'), 'x', 2)} | "
+                f"{fmt(ratio(r, stock, 'ops_per_s'), 'x', 2)} |")
     return "\n".join(lines)
 
 
-def plot(results: dict[str, dict[str, dict[str, Any]]], path: Path) -> str:
+def goals(results: dict[str, dict[str, dict[str, Any]]], d: dict[str, Any] | None,
+          load: str) -> str:
+    lines = [f"\nGoals (medians; load average {load})\n", "| goal | this run | |",
+             "|---|---|---|"]
+    for name, workload, against, limit in CPU_GOALS:
+        r, base = results[workload].get(name, {}), results[workload].get(against, {})
+        value = ratio(r, base, "cpu_us_per_op")
+        if value is None:
+            continue
+        lines.append(
+            f"| ({workload}) {name} CPU per op <= {limit}x {against} | {value:.2f}x "
+            f"({r['cpu_us_per_op']:.1f} against {base['cpu_us_per_op']:.1f} µs) | "
+            f"{'met' if value <= limit else 'MISSED'} |")
+    if d is not None:
+        u, c = d["uncontended"], d["contended"]
+        lines.append(f"| (d) uncontended checkout+checkin <= {UNCONTENDED_GOAL:g}x a Semaphore "
+                     f"pair | {u['ratio']:.1f}x ({u['pool_us']:.2f} against "
+                     f"{u['semaphore_us']:.2f} µs) | "
+                     f"{'met' if u['ratio'] <= UNCONTENDED_GOAL else 'MISSED'} |")
+        lines.append(f"| (d) contended pool only >= {CONTENDED_GOAL:,} ops/s | "
+                     f"{c['ops_per_s']:,.0f} ops/s | "
+                     f"{'met' if c['ops_per_s'] >= CONTENDED_GOAL else 'MISSED'} |")
+    return "\n".join(lines)
+
+
+def against_table(results: dict[str, dict[str, dict[str, Any]]],
+                  raw: dict[str, dict[str, list[dict[str, Any]]]]) -> str:
+    """This tree's greenpool against DIR's, run by run (CPU per op)."""
+    lines = ["\nThis tree against --against, CPU µs/op by run (ratio this/against)\n",
+             "| workload | contender | this tree | against | ratios | median ratio |",
+             "|---|---|---|---|---|---|"]
+    for workload in WORKLOADS:
+        for name in AGAINST:
+            mine, theirs = raw[workload].get(name, []), raw[workload].get(f"{name}@against", [])
+            pairs = [(m["cpu_us_per_op"], t["cpu_us_per_op"]) for m, t in zip(mine, theirs,
+                                                                                strict=True)
+                     if "cpu_us_per_op" in m and "cpu_us_per_op" in t]
+            if not pairs:
+                continue
+            ratios = [m / t for m, t in pairs]
+            lines.append(
+                f"| ({workload}) | {name} | {', '.join(f'{m:.1f}' for m, _ in pairs)} | "
+                f"{', '.join(f'{t:.1f}' for _, t in pairs)} | "
+                f"{', '.join(f'{x:.3f}' for x in ratios)} | {statistics.median(ratios):.3f} |")
+    return "\n".join(lines)
+
+
+def plot(results: dict[str, dict[str, dict[str, Any]]], path: Path, names: list[str]) -> str:
     try:
         import matplotlib
 
@@ -378,7 +520,7 @@ def plot(results: dict[str, dict[str, dict[str, Any]]], path: Path) -> str:
         return "matplotlib is not installed (pip install -e '.[bench]'): no PNG"
     figure, axes = plt.subplots(1, len(WORKLOADS), figsize=(6 * len(WORKLOADS), 4.5))
     for axis, (workload, spec) in zip(axes, WORKLOADS.items(), strict=True):
-        for name in CONTENDERS:
+        for name in names:
             quantiles = results[workload].get(name, {}).get("wait_quantiles_ms")
             if not quantiles:
                 continue
@@ -408,14 +550,40 @@ def server(uri: str | None) -> Iterator[str]:
         yield embedded.uri
 
 
+def load_average() -> str:
+    return "{:.2f}, {:.2f}, {:.2f}".format(*os.getloadavg())
+
+
+def pool_only(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """(d)'s medians over the runs that did not fail."""
+    good = [r for r in runs if "failed" not in r]
+    if not good:
+        return None
+    u = {key: statistics.median(r["uncontended"][key] for r in good)
+         for key in good[0]["uncontended"]}
+    by_rate = sorted((r["contended"] for r in good), key=lambda c: c["ops_per_s"])
+    c = dict(by_rate[len(by_rate) // 2])
+    c["runs"] = [r["contended"]["ops_per_s"] for r in good]
+    u["runs"] = [r["uncontended"]["ratio"] for r in good]
+    return {"uncontended": u, "contended": c, "count": len(good)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes")
+    parser.add_argument("--runs", type=int, default=3,
+                        help="runs of each contender and workload (medians; default 3)")
+    parser.add_argument("--only", help="these contenders (comma-separated) and the floor")
+    parser.add_argument("--against", type=Path,
+                        help="also run greenpool's contenders with the greenpool in DIR")
+    parser.add_argument("--no-pool-only", action="store_true",
+                        help="skip (d) and the waiters")
     parser.add_argument("--uri", help="use this server instead of an embedded SecantusDB")
     # benchmarks/results/ is ignored by git: a run leaves nothing to commit by accident.
     parser.add_argument("--png", type=Path,
                         default=Path(__file__).resolve().parent / "results" / "bench-waits.png")
     parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--cpu", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child_main(args)
@@ -423,39 +591,91 @@ def main() -> None:
     import gevent
     import pymongo
 
+    names = list(CONTENDERS)
+    if args.only:
+        wanted = set(args.only.split(",")) | {"floor"}
+        unknown = wanted - set(CONTENDERS)
+        if unknown:
+            parser.error(f"--only: unknown contenders {sorted(unknown)}; "
+                         f"choose from {', '.join(CONTENDERS)}")
+        names = [name for name in CONTENDERS if name in wanted]
+    trees: dict[str, Path | None] = {name: None for name in names}
+    if args.against is not None:
+        if not (args.against / "greenpool" / "__init__.py").is_file():
+            parser.error(f"--against: no greenpool package in {args.against}")
+        for name in AGAINST:
+            if name in names:
+                trees[f"{name}@against"] = args.against
+        names = [*names[:-1], *(n for n in trees if n.endswith("@against")), names[-1]]
     timeout = 120 if args.quick else 900
+    server_cpu, cpu = pick_cpus()
+    if args.uri:
+        where = (f"server given by --uri (not pinned); each contender pinned to CPU {cpu}"
+                 if cpu is not None else "server given by --uri; one CPU: nothing pinned")
+        server_cpu = None
+    elif cpu is not None:
+        where = (f"the server pinned to CPU {server_cpu}, each contender to CPU {cpu} "
+                 f"(sched_setaffinity): the contender's CPU time is the client's alone")
+    else:
+        where = "one CPU: the server and the contender share it (nothing pinned)"
+    load_start = load_average()
     print(f"greenpool benchmark{' (quick)' if args.quick else ''}: Python "
           f"{sys.version.split()[0]}, gevent {gevent.__version__}, pymongo {pymongo.version}, "
-          f"{os.cpu_count()} CPUs", flush=True)
-    results: dict[str, dict[str, dict[str, Any]]] = {}
+          f"{os.cpu_count()} CPUs; {where}; {args.runs} runs, contenders alternating; "
+          f"load average {load_start}", flush=True)
+    if args.against is not None:
+        print(f"against: {args.against}", flush=True)
+    if server_cpu is not None:
+        # The server and its watchdog inherit this process's CPU; the
+        # children move themselves to theirs first thing.
+        os.sched_setaffinity(0, {server_cpu})
+    raw: dict[str, dict[str, list[dict[str, Any]]]] = {w: {n: [] for n in names}
+                                                        for w in WORKLOADS}
+    d_runs: list[dict[str, Any]] = []
     with server(args.uri) as uri:
         print(f"server: {uri}", flush=True)
         seed(uri)
-        for workload in WORKLOADS:
-            results[workload] = {}
-            for name in CONTENDERS:
-                print(f"  running {workload} {name}...", file=sys.stderr, flush=True)
-                results[workload][name] = spawn(f"{name}:{workload}", uri, args.quick, timeout)
-    print(table(results))
+        for round_ in range(args.runs):
+            shift = round_ % len(names)
+            for workload in WORKLOADS:
+                for name in names[shift:] + names[:shift]:
+                    print(f"  run {round_ + 1}: {workload} {name}...", file=sys.stderr,
+                          flush=True)
+                    raw[workload][name].append(
+                        spawn(f"{name}:{workload}", uri, args.quick, timeout, cpu,
+                              trees[name]))
+            if not args.no_pool_only:
+                d_runs.append(spawn("d", "", args.quick, timeout, cpu))
+    results = {w: {n: median_result(runs) for n, runs in by.items()} for w, by in raw.items()}
+    load_end = load_average()
+    print(table(results, names))
+    if args.against is not None:
+        print(against_table(results, raw))
 
-    d = spawn("d", "", args.quick, timeout)
-    if "failed" in d:
-        print(f"\n(d) pool only: failed: {d['failed']}")
-    else:
+    d = pool_only(d_runs) if d_runs else None
+    if d_runs and d is None:
+        print(f"\n(d) pool only: failed: {d_runs[0]['failed']}")
+    elif d is not None:
         u, c = d["uncontended"], d["contended"]
-        print("\n(d) pool only, mock connector (bench_pool.py)\n")
-        print("| uncontended checkout+checkin | with-statement | Semaphore pair | ratio |")
+        print(f"\n(d) pool only, mock connector (bench_pool.py), medians of {d['count']} runs\n")
+        print("| uncontended checkout+checkin | with-statement | Semaphore pair | ratio "
+              "(each run) |")
         print("|---|---|---|---|")
         print(f"| {u['pool_us']:.2f} µs | {u['with_us']:.2f} µs | {u['semaphore_us']:.2f} µs | "
-              f"{u['ratio']:.1f}x |")
-        print("\n| contended: 1000 greenlets, pool 10 | ops/s | wait p50 | wait p99 | wait max "
-              "| FIFO ideal | max/ideal |")
+              f"{u['ratio']:.1f}x ({', '.join(f'{x:.1f}' for x in u['runs'])}) |")
+        print("\n| contended: 1000 greenlets, pool 10 | ops/s (each run) | wait p50 | wait p99 "
+              "| wait max | FIFO ideal | max/ideal |")
         print("|---|---|---|---|---|---|---|")
-        print(f"| | {c['ops_per_s']:,.0f} | {c['wait_p50_ms']:.1f} ms | {c['wait_p99_ms']:.1f} ms "
+        print(f"| | {c['ops_per_s']:,.0f} ({', '.join(f'{x:,.0f}' for x in c['runs'])}) | "
+              f"{c['wait_p50_ms']:.1f} ms | {c['wait_p99_ms']:.1f} ms "
               f"| {c['wait_max_ms']:.1f} ms | {c['ideal_wait_ms']:.1f} ms | "
               f"{c['max_over_ideal']:.2f} |")
+    print(goals(results, d, f"{load_start} at the start, {load_end} at the end"))
 
-    w = spawn("waiters", "", args.quick, timeout)
+    if args.no_pool_only:
+        print(f"\n{plot(results, args.png, names)}")
+        return
+    w = spawn("waiters", "", args.quick, timeout, cpu)
     if "failed" in w:
         print(f"\nwaiters: failed: {w['failed']}")
     else:
@@ -471,7 +691,7 @@ def main() -> None:
               f"{'none' if extra <= 0 else f'{extra:,.0f} B'} (< 2 KiB: {ok_memory}) | "
               f"{w['clear_call_ms']:.1f} ms | {w['all_failed_ms']:.1f} ms (≤ 100 ms: {ok_clear}) "
               f"| {w['event_wake_ms']:.1f} ms |")
-    print(f"\n{plot(results, args.png)}")
+    print(f"\n{plot(results, args.png, names)}")
 
 
 if __name__ == "__main__":

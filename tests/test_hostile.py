@@ -519,6 +519,31 @@ def test_bad_database_names_are_refused_before_anything_is_sent(name: str, chara
         assert client.stats().total == 1
 
 
+def test_database_names_remembered_as_good_are_bounded_and_exact() -> None:
+    # check_database_name remembers names that passed: a bounded set, and a
+    # str subclass (which may compare equal to a good name) is checked afresh.
+    from greenpool.wire import messages
+
+    class Sneaky(str):  # equal to a good name, and with its hash
+        def __eq__(self, other: object) -> bool:
+            return other == "db1" or str.__eq__(self, other)
+
+        def __hash__(self) -> int:
+            return hash("db1")
+
+    for number in range(messages._GOOD_DATABASE_NAMES_MAX + 50):
+        messages.check_database_name(f"db{number}")
+    assert len(messages._GOOD_DATABASE_NAMES) <= messages._GOOD_DATABASE_NAMES_MAX
+    messages.check_database_name("db1")
+    with pytest.raises(InvalidName, match=r"character '\.'"):
+        messages.check_database_name(Sneaky("a.b"))
+    messages.check_database_name(Sneaky("db1"))
+    assert all(type(name) is str for name in messages._GOOD_DATABASE_NAMES)
+    for bad in ("a.b", ""):
+        with pytest.raises(InvalidName):
+            messages.check_database_name(bad)
+
+
 def test_empty_and_non_str_database_names_are_refused() -> None:
     with FakeServer() as server, Client(uri(server)) as client:
         with pytest.raises(InvalidName, match=r"^database name cannot be the empty string$"):

@@ -149,3 +149,37 @@ def test_no_events_built_without_listeners_or_logging() -> None:
     pool.ready()
     pool.checkin(pool.checkout())
     assert not pool._events._outbox
+
+
+def test_a_listener_gets_only_the_events_it_implements(
+        caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    # PyMongo's ConnectionPoolListener methods raise NotImplementedError: one
+    # it does not override is never called (nothing logged), and its event
+    # is not built for anybody.
+    from pymongo import monitoring
+
+    seen: list[object] = []
+    built: list[object] = []
+
+    class CheckedIn(monitoring.ConnectionCheckedInEvent):
+        def __init__(self, *args: Any) -> None:
+            built.append(self)
+            super().__init__(*args)
+
+    monkeypatch.setattr(monitoring, "ConnectionCheckedInEvent", CheckedIn)
+
+    class Waits(monitoring.ConnectionPoolListener):
+        def connection_checked_out(self, event: Any) -> None:
+            seen.append(event)
+
+    pool: Pool[Any] = Pool(ADDRESS, connector=MockConnector(), listeners=[Waits()])
+    pool.ready()
+    with caplog.at_level(logging.ERROR, logger="greenpool"):
+        pool.checkin(pool.checkout())
+        pool.checkin(pool.checkout())
+    assert [type(event).__name__ for event in seen] == ["ConnectionCheckedOutEvent"] * 2
+    assert not caplog.records
+    assert not built
+    pool._events.listeners = (*pool._events.listeners, Recorder())
+    pool.checkin(pool.checkout())
+    assert len(built) == 1  # now somebody implements it

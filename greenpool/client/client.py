@@ -252,7 +252,8 @@ class Client:
         ops = self._operations
         # The deadline first: a refused timeout leaves the session untouched.
         deadline = ops.deadline(timeout, session)
-        preference = self._read_preference(read_preference, readpref.PRIMARY, session)
+        preference = (readpref.PRIMARY if read_preference is None and session is None
+                      else self._read_preference(read_preference, readpref.PRIMARY, session))
         document = self._prepare(dbname, command, session)
         return ops.run_command(dbname, document, session, deadline, preference, retry)
 
@@ -365,13 +366,14 @@ class Client:
                  session: Session | None) -> dict[str, Any]:
         self._operations.check_open()
         check_database_name(dbname)
-        if not isinstance(command, Mapping) or not command:
+        # A dict first: isinstance against the Mapping ABC costs two more calls.
+        if not (type(command) is dict or isinstance(command, Mapping)) or not command:
             raise InvalidOperation(
                 f"command must be a non-empty document whose first key is the command's "
                 f"name, not {command!r}")
         document = dict(command)
-        self._check_session(session)
         if session is not None:
+            self._check_session(session)
             session.decorate(document)
         return document
 

@@ -169,6 +169,8 @@ class Operations:
 
     def deadline(self, timeout: float | None, session: SessionLike | None) -> Deadline | None:
         """The deadline of an operation starting now (see greenpool.client.timeouts)."""
+        if timeout is None and session is None:
+            return resolve(None, self.timeout)  # the common case, in one call
         call = check_seconds("timeout", timeout)
         shared = session.deadline if session is not None else None
         if shared is not None:
@@ -277,6 +279,9 @@ class Operations:
         """Add ``$readPreference`` to a read command about to go to the
         selected server, where the Server Selection spec says (after
         selection: it depends on the server's type)."""
+        if preference is readpref.PRIMARY and not self.load_balanced and (
+                self.topology.server.server_type in readpref.PRIMARY_ALONE):
+            return  # the common case, ahead of command_field's general one
         field = readpref.command_field(
             preference, load_balanced=self.load_balanced,
             server_type=self.topology.server.server_type,
@@ -307,36 +312,51 @@ class Operations:
             # timeoutMS=0: no limit, and socketTimeoutMS no longer applies
             # (the link's None would mean socketTimeoutMS).
             round_trip = _NO_ROUND_TRIP_LIMIT
+        if session is not None:
+            session.sending(command)
+        events = self._commands
+        if not events.listeners:
+            # The hot path: no command events, so no request ID or clock of our own.
+            try:
+                return link.command(dbname, command, timeout=round_trip)
+            except PyMongoError as error:
+                self.topology.handle_error(error, Phase.OPERATION, conn)
+                _transaction_error(session, next(iter(command)), error)
+                raise
+            except BaseException as error:
+                # Not a refusal nor a network error (a bug, an unencodable
+                # document, a kill): whatever the connection's state, it is not
+                # known to be clean, so checkin closes it.
+                conn.mark_errored(error)
+                raise
+        return self._send_with_events(conn, link, dbname, command, session, round_trip)
+
+    def _send_with_events(self, conn: Connection[Link], link: Link, dbname: str,
+                          command: dict[str, Any], session: SessionLike | None,
+                          round_trip: float | None) -> dict[str, Any]:
+        """:meth:`send`'s round trip with command started / succeeded / failed events."""
         name = next(iter(command))
         request_id = next_request_id()
         events = self._commands
         service_id, server_id = conn.service_id, link.server_connection_id
-        if session is not None:
-            session.sending(command)
-        if events.listeners:
-            events.started(command, dbname, request_id, self.address, service_id, server_id)
+        events.started(command, dbname, request_id, self.address, service_id, server_id)
         started = time.perf_counter()
         try:
             reply = link.command(dbname, command, request_id=request_id, timeout=round_trip)
         except PyMongoError as error:
-            if events.listeners:
-                events.failed(time.perf_counter() - started, error, command, dbname,
-                              request_id, self.address, service_id, server_id)
+            events.failed(time.perf_counter() - started, error, command, dbname,
+                          request_id, self.address, service_id, server_id)
             self.topology.handle_error(error, Phase.OPERATION, conn)
             _transaction_error(session, name, error)
             raise
         except BaseException as error:
-            # Not a refusal nor a network error (a bug, an unencodable
-            # document, a kill): whatever the connection's state, it is not
-            # known to be clean, so checkin closes it.
-            conn.mark_errored(error)
-            if events.listeners and isinstance(error, Exception):
+            conn.mark_errored(error)  # as in send
+            if isinstance(error, Exception):
                 events.failed(time.perf_counter() - started, error, command, dbname,
                               request_id, self.address, service_id, server_id)
             raise
-        if events.listeners:
-            events.succeeded(time.perf_counter() - started, reply, name, dbname, request_id,
-                             self.address, service_id, server_id)
+        events.succeeded(time.perf_counter() - started, reply, name, dbname, request_id,
+                         self.address, service_id, server_id)
         return reply
 
     def run_in_session(self, session: SessionLike, dbname: str, command: dict[str, Any],

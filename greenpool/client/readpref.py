@@ -46,7 +46,7 @@ from pymongo.server_type import SERVER_TYPE
 
 from greenpool.errors import ConfigurationError
 
-__all__ = ["PRIMARY", "SERVER_TYPE", "coerce", "command_field", "make"]
+__all__ = ["PRIMARY", "PRIMARY_ALONE", "SERVER_TYPE", "coerce", "command_field", "make"]
 
 #: The default read preference.
 PRIMARY: _ServerMode = ReadPreference.PRIMARY
@@ -109,6 +109,11 @@ def coerce(value: object) -> _ServerMode:
     raise ConfigurationError(
         f"read_preference must be a PyMongo read preference, a mode name or a document, "
         f"not {value!r}")
+
+
+#: The server types to which a primary read preference is never sent (see
+#: command_field): a shortcut for the hot path, outside load-balanced mode.
+PRIMARY_ALONE = frozenset({SERVER_TYPE.Standalone, SERVER_TYPE.Unknown, SERVER_TYPE.Mongos})
 
 
 def command_field(preference: _ServerMode, *, load_balanced: bool, server_type: int,

@@ -6,10 +6,12 @@ and nothing here may switch greenlets while the pool is mid-change.
 
 Events are PyMongo's own event classes, delivered to objects implementing
 :class:`pymongo.monitoring.ConnectionPoolListener`, so a listener written for
-PyMongo works unchanged. Each event also produces the spec's log message on
-the ``greenpool.connection`` logger at DEBUG: the record's message is the
-spec's unstructured form, and ``record.structured`` holds the structured
-form (a dict with ``message``, ``serverHost``, ``serverPort``, ...).
+PyMongo works unchanged. Only the methods a listener's class overrides are
+called (PyMongo's are abstract), and an event no listener takes is not built.
+Each event also produces the spec's log message on the ``greenpool.connection``
+logger at DEBUG: the record's message is the spec's unstructured form, and
+``record.structured`` holds the structured form (a dict with ``message``,
+``serverHost``, ``serverPort``, ...).
 
 Ordering and safety. The pool changes its state without yielding and only
 then reports. Reports go into an outbox that is emptied in order at the end
@@ -108,12 +110,15 @@ class EventCounter(_m.ConnectionPoolListener):
 class Publisher:
     """Builds, queues and delivers one pool's events and log messages."""
 
-    __slots__ = ("_flush_pending", "_outbox", "address", "host", "listeners", "port")
+    __slots__ = ("_by_method", "_flush_pending", "_outbox", "_sorted", "address", "host",
+                 "listeners", "port")
 
     def __init__(self, address: Address, listeners: Iterable[object] = ()) -> None:
         self.address = address
         self.host, self.port = address
         self.listeners = check_listeners(listeners)
+        self._sorted: tuple[object, ...] | None = None
+        self._by_method: dict[str, tuple[object, ...]] = {}
         self._outbox: deque[Effect] = deque()
         self._flush_pending = False
 
@@ -121,6 +126,23 @@ class Publisher:
     def active(self) -> bool:
         """Whether anyone listens: events are only built when this is true."""
         return True if self.listeners else logs(DEBUG)
+
+    def implementers(self, method: str) -> tuple[object, ...]:
+        """The listeners that implement ``method``: PyMongo's
+        ConnectionPoolListener leaves its methods abstract (they raise
+        NotImplementedError), so a listener that does not override one gets
+        no call, and an event nobody implements is not built. Sorted again whenever
+        ``listeners`` is replaced."""
+        by = self._by_method if self._sorted is self.listeners else self._sort()
+        return by[method]
+
+    def _sort(self) -> dict[str, tuple[object, ...]]:
+        # The three checkout events ask inline, as implementers does: a call less each.
+        self._by_method = {
+            name: tuple(each for each in self.listeners if _implements(each, name))
+            for name in _CMAP_METHODS}
+        self._sorted = self.listeners
+        return self._by_method
 
     # -- the outbox -----------------------------------------------------------
 
@@ -225,7 +247,8 @@ class Publisher:
 
     def checkout_started(self) -> None:
         if not logs(DEBUG):
-            if self.listeners:
+            by = self._by_method if self._sorted is self.listeners else self._sort()
+            if by["connection_check_out_started"]:
                 self._outbox.append((self._notify, (
                     "connection_check_out_started",
                     _m.ConnectionCheckOutStartedEvent(self.address))))
@@ -255,7 +278,8 @@ class Publisher:
 
     def checked_out(self, conn_id: int, duration: float) -> None:
         if not logs(DEBUG):
-            if self.listeners:
+            by = self._by_method if self._sorted is self.listeners else self._sort()
+            if by["connection_checked_out"]:
                 self._outbox.append((self._notify, (
                     "connection_checked_out",
                     _m.ConnectionCheckedOutEvent(self.address, conn_id, duration))))
@@ -272,7 +296,8 @@ class Publisher:
 
     def checked_in(self, conn_id: int) -> None:
         if not logs(DEBUG):
-            if self.listeners:
+            by = self._by_method if self._sorted is self.listeners else self._sort()
+            if by["connection_checked_in"]:
                 self._outbox.append((self._notify, (
                     "connection_checked_in", _m.ConnectionCheckedInEvent(self.address, conn_id))))
         else:
@@ -304,11 +329,24 @@ class Publisher:
         self._notify(method, event)
 
     def _notify(self, method: str, event: object) -> None:
-        for listener in self.listeners:
+        for listener in self.implementers(method):
             try:
                 getattr(listener, method)(event)
             except Exception:
                 _ERRORS.exception("greenpool: listener %r raised in %s", listener, method)
+
+
+#: The ConnectionPoolListener methods, one per CMAP event.
+_CMAP_METHODS = (
+    "pool_created", "pool_ready", "pool_cleared", "pool_closed", "connection_created",
+    "connection_ready", "connection_closed", "connection_check_out_started",
+    "connection_check_out_failed", "connection_checked_out", "connection_checked_in")
+
+
+def _implements(listener: object, method: str) -> bool:
+    """Whether ``listener``'s class overrides PyMongo's abstract ``method``."""
+    return getattr(type(listener), method, None) is not getattr(
+        _m.ConnectionPoolListener, method)
 
 
 def report_long_hold(listeners: Iterable[object], event: object, text: str,

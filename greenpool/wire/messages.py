@@ -192,6 +192,10 @@ class Message:
 
 # What PyMongo's database name check refuses (pymongo.database._check_name).
 _DATABASE_NAME_FORBIDDEN = (" ", ".", "$", "/", "\\", "\x00", '"')
+# Names that passed check_database_name, so that checking one again is a set
+# lookup; bounded, so a program that makes up names cannot grow it forever.
+_GOOD_DATABASE_NAMES: set[str] = set()
+_GOOD_DATABASE_NAMES_MAX = 1000
 
 
 def check_database_name(name: object) -> None:
@@ -200,6 +204,8 @@ def check_database_name(name: object) -> None:
     a space, ``.``, ``$``, ``/``, ``\\``, ``"`` or NUL; ``TypeError`` for a
     name that is not a str. ``$external`` (where users authenticated outside
     MongoDB live) is allowed."""
+    if type(name) is str and name in _GOOD_DATABASE_NAMES:
+        return  # the hot path: a program uses a few names over and over
     if not isinstance(name, str):
         raise TypeError(f"a database name must be a str, not {name!r}")
     if name == "$external":
@@ -211,6 +217,8 @@ def check_database_name(name: object) -> None:
             raise InvalidName(
                 f"invalid database name {name!r}: database names cannot contain the "
                 f"character {character!r}")
+    if type(name) is str and len(_GOOD_DATABASE_NAMES) < _GOOD_DATABASE_NAMES_MAX:
+        _GOOD_DATABASE_NAMES.add(name)
 
 
 def encode_command(

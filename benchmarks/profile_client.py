@@ -1,0 +1,117 @@
+"""Where a greenpool.Client's ping spends its CPU: a cProfile of bench.py's workloads.
+
+    .venv/bin/python benchmarks/profile_client.py [--greenlets 10] [--ops 2000]
+                                                   [--listener] [--top 25]
+
+Starts its own SecantusDB on 127.0.0.1 (:class:`greenpool.cli.embedded.EmbeddedServer`),
+pinned to one CPU and this process to another when there are two (as bench.py
+does), warms a Client with maxPoolSize 10 up, then profiles ``--greenlets``
+greenlets running ``--ops`` pings each in total and prints the functions by
+own time (``tottime``), with the CPU µs per operation each takes. The
+profiler inflates small functions most: read the shares, not the totals.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import os
+import pstats
+import resource
+import sys
+import time
+from typing import Any
+
+
+def cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--greenlets", type=int, default=10)
+    parser.add_argument("--ops", type=int, default=20_000, help="pings in total")
+    parser.add_argument("--listener", action="store_true", help="attach a CMAP listener")
+    parser.add_argument("--floor", action="store_true",
+                        help="profile bench.py's floor instead: 10 raw links, no pool")
+    parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--plain", action="store_true",
+                        help="no profiler: the CPU µs per operation alone")
+    args = parser.parse_args()
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) >= 2:
+        os.sched_setaffinity(0, {cpus[0]})  # the server inherits it
+    from greenpool.cli.embedded import EmbeddedServer
+
+    with EmbeddedServer() as server:
+        if len(cpus) >= 2:
+            os.sched_setaffinity(0, {cpus[1]})
+        from gevent import monkey
+
+        monkey.patch_all()
+        profile(server.uri, args)
+
+
+def profile(uri: str, args: argparse.Namespace) -> None:
+    import gevent
+    from pymongo import monitoring
+
+    from greenpool.client.client import Client
+    from greenpool.wire.connector import connect
+    from greenpool.wire.link import LinkOptions
+
+    class Listener(monitoring.ConnectionPoolListener):  # records nothing: the cost of events
+        def connection_checked_out(self, event: Any) -> None:
+            pass
+
+    listeners = [Listener()] if args.listener else []
+    per = args.ops // args.greenlets
+    total = per * args.greenlets
+    with Client(f"{uri}{'&' if '?' in uri else '?'}maxPoolSize=10",
+                event_listeners=listeners) as client:
+        def worker(count: int = per) -> None:
+            for _ in range(count):
+                client.command("admin", {"ping": 1})
+
+        if args.floor:
+            links = [connect(client.address, LinkOptions()) for _ in range(10)]
+            per = args.ops // len(links)
+            total = per * len(links)
+
+            def floor(link: Any) -> None:  # as bench.py's run_floor
+                for _ in range(per):
+                    link.command("admin", {"ping": 1})
+
+            greenlets: list[tuple[Any, Any]] = [(floor, link) for link in links]
+        else:
+            gevent.joinall([gevent.spawn(worker, 100) for _ in range(10)])  # warm up
+            greenlets = [(worker, per) for _ in range(args.greenlets)]
+        profiler = cProfile.Profile(time.process_time)  # CPU, not the wall clock
+        cpu = cpu_seconds()
+        if not args.plain:
+            profiler.enable()
+        gevent.joinall([gevent.spawn(*each) for each in greenlets], raise_error=True)
+        profiler.disable()
+        cpu = cpu_seconds() - cpu
+    what = "the floor (10 raw links)" if args.floor else f"{args.greenlets} greenlets"
+    print(f"{what}, {total} pings, listener: {args.listener}; "
+          f"CPU{'' if args.plain else ' under the profiler'} {1e6 * cpu / total:.1f} µs/op\n")
+    if args.plain:
+        return
+    stats = pstats.Stats(profiler)
+    rows = []
+    for (path, line, name), (_, calls, tottime, cumtime, _) in stats.stats.items():  # type: ignore[attr-defined]
+        where = f"{os.path.basename(path)}:{line}({name})" if line else name
+        rows.append((tottime, cumtime, calls, where))
+    rows.sort(reverse=True)
+    print("| function | calls/op | own µs/op | cumulative µs/op |")
+    print("|---|---|---|---|")
+    for tottime, cumtime, calls, where in rows[:args.top]:
+        print(f"| `{where}` | {calls / total:.2f} | {1e6 * tottime / total:.2f} | "
+              f"{1e6 * cumtime / total:.2f} |")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
