@@ -30,6 +30,7 @@ from greenpool import Client, ConfigurationError, PoolClearedError
 from greenpool.errors import AuthenticationError
 from tests.events import AllEvents
 from tests.failpoints import failpoint
+from tests.fake_server import FakeServer, block
 from tests.servers import ServerProcess, unique, with_options
 
 pytestmark = pytest.mark.timeout(60)
@@ -418,6 +419,50 @@ def test_kills_never_leak_connections(client: Client) -> None:
     stats = client.stats()
     assert stats.in_use == 0 and stats.pending == 0 and stats.waiting == 0
     assert client.command("admin", {"ping": 1})["ok"] == 1
+
+
+@pytest.mark.parametrize("route", ["plain", "session"])
+def test_a_kill_in_a_command_is_never_replaced_by_the_greenlets_own_timeout(
+        route: str) -> None:
+    """A greenlet killed while its command waits for the server checks its
+    connection in without yielding: a listener that blocks in
+    connection_checked_in would otherwise let the greenlet's own
+    gevent.Timeout fire there and replace the kill (the greenlet would
+    carry on as if its request had merely timed out). Both the hot path
+    (no session, no timeout) and the general one (a session) are tried."""
+
+    class SlowCheckin(_m.ConnectionPoolListener):
+        def connection_checked_in(self, event: object) -> None:
+            gevent.sleep(1.0)
+
+    with FakeServer(handlers={"ping": block(3600)}) as server:
+        host, port = server.address
+        with Client(f"mongodb://{host}:{port}/?directConnection=true",
+                    event_listeners=[SlowCheckin()]) as client:
+            client.topology.select()
+            outcome: list[str] = []
+
+            def victim() -> None:
+                own = gevent.Timeout(0.5)
+                try:
+                    with own, contextlib.ExitStack() as stack:
+                        session = (stack.enter_context(client.start_session())
+                                   if route == "session" else None)
+                        client.command("admin", {"ping": 1}, session=session)
+                except gevent.Timeout as fired:
+                    outcome.append("own timeout" if fired is own else "other timeout")
+                    return
+                outcome.append("finished")
+
+            greenlet = gevent.spawn(victim)
+            with gevent.Timeout(5):  # until the ping reaches the server
+                while not any(r.name == "ping" for r in server.requests):
+                    gevent.sleep(0.005)
+            greenlet.kill(block=True, timeout=5)
+            assert greenlet.dead and outcome == [], f"the kill was lost: {outcome}"
+            gevent.sleep(1.2)  # the deferred ConnectionCheckedIn is delivered
+            stats = client.stats()
+            assert (stats.in_use, stats.pending, stats.waiting) == (0, 0, 0), stats
 
 
 def live_greenlets() -> set[int]:

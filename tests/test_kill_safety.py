@@ -24,10 +24,12 @@ from __future__ import annotations
 
 import contextlib
 import random
+import traceback
 from collections.abc import Callable
 from typing import Any
 
 import gevent
+import gevent.event
 import pytest
 from pymongo import errors as pymongo_errors
 from pymongo import monitoring
@@ -187,6 +189,17 @@ def test_kill_at_every_yield_point(kill: Callable[[], BaseException], mode: str)
     assert killed >= total // 2, f"only {killed} kills landed over {total} yield points"
 
 
+def stop_all(greenlets: list[gevent.Greenlet]) -> None:
+    """Kill ``greenlets`` and wait for them; a survivor fails the test with
+    where each one is (a worker that outlives its GreenletExit lost the kill
+    somewhere: its stack says where)."""
+    with contextlib.suppress(gevent.Timeout):
+        gevent.killall(greenlets, timeout=10)
+    survivors = [g for g in greenlets if not g.dead]
+    stacks = ["".join(traceback.format_stack(g.gr_frame)) for g in survivors[:3]]
+    assert not survivors, f"{len(survivors)} workers outlived their kill:\n" + "\n".join(stacks)
+
+
 def test_random_kill_storm() -> None:
     """Thousands of seeded random kills across checkout, establishment,
     listeners and checkin, with clears; invariants after every burst."""
@@ -234,8 +247,7 @@ def test_random_kill_storm() -> None:
                 pool.clear(interrupt_in_use_connections=rng.random() < 0.5)
                 gevent.sleep(0)
                 pool.ready()
-        gevent.killall(everyone, timeout=10)
-        assert all(w.dead for w in everyone)
+        stop_all(everyone)
         gevent.sleep(0.01)  # background fills finish
         assert_quiescent(pool, checkouts)
         checkouts += 1  # assert_quiescent's own checkout
@@ -243,6 +255,54 @@ def test_random_kill_storm() -> None:
     assert bursts >= 30 and points.count > 10_000
     pool.close()
     assert pool.stats().total == 0
+
+
+def test_a_kill_in_the_establishment_error_handler_is_never_replaced() -> None:
+    """A connection that fails to establish goes to the SDAM error handler,
+    which may yield (it clears the pool and reports): a kill landing there
+    must leave without another yield, or a slow ConnectionClosed listener
+    would let the greenlet's own gevent.Timeout fire and replace the kill,
+    and the greenlet would live on (the random storm once lost a worker
+    that way: gevent.killall waited for it in vain)."""
+
+    class Slow(monitoring.ConnectionPoolListener):
+        def connection_closed(self, event: object) -> None:
+            gevent.sleep(1.0)
+
+    in_handler = gevent.event.Event()
+
+    def refuse(conn: Any) -> MockTransport:
+        raise pymongo_errors.AutoReconnect("connection refused")
+
+    def handler(error: Exception, conn: Any) -> None:
+        in_handler.set()
+        gevent.sleep(10)
+
+    pool: Pool[Any] = Pool(ADDRESS, {"maxPoolSize": 1}, connector=refuse,
+                           on_establish_error=handler, listeners=[Slow()])
+    pool.ready()
+    outcome: list[str] = []
+
+    def victim() -> None:
+        own = gevent.Timeout(0.5)
+        try:
+            with own, pool.checkout():
+                pass
+        except gevent.Timeout as fired:
+            outcome.append("own timeout" if fired is own else "other timeout")
+            return
+        except pymongo_errors.AutoReconnect:
+            outcome.append("refused")
+            return
+        outcome.append("finished")
+
+    greenlet = gevent.spawn(victim)
+    assert in_handler.wait(5)
+    greenlet.kill(block=True, timeout=5)
+    assert greenlet.dead and outcome == [], f"the kill was lost: {outcome}"
+    gevent.sleep(1.5)  # the deferred ConnectionClosed is delivered
+    stats = pool.stats()
+    assert (stats.total, stats.in_use, stats.pending, stats.waiting) == (0, 0, 0, 0), stats
 
 
 @pytest.mark.parametrize("where", ["waiting", "holding"])

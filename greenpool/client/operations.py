@@ -246,18 +246,25 @@ class Operations:
             yield conn
             pinned = self._pin_to_transaction(session, conn) or (
                 keep is not None and keep(conn))
-        except PyMongoError as error:
+        except BaseException as error:
             # A transaction stays pinned after a refused command, unless the
             # error says the transaction may be retried (elsewhere).
-            if not (error.has_error_label("TransientTransactionError")
+            if isinstance(error, PyMongoError) and not (
+                    error.has_error_label("TransientTransactionError")
                     or error.has_error_label("UnknownTransactionCommitResult")):
                 pinned = self._pin_to_transaction(session, conn)
-            raise
-        finally:
             if pinned:
-                conn.pinned = True  # its holder's report says so until unpin
+                conn.pinned = True
             else:
-                self.pool.checkin(conn)
+                # Its events later, from a new greenlet: a listener that
+                # yields here could let the greenlet's own gevent.Timeout
+                # fire and replace the exception in flight (a kill, lost).
+                self.pool.checkin_after_error(conn)
+            raise
+        if pinned:
+            conn.pinned = True  # its holder's report says so until unpin
+        else:
+            self.pool.checkin(conn)
 
     # -- pinning --------------------------------------------------------------------------
 
@@ -416,9 +423,12 @@ class Operations:
             conn = self.checkout(Purpose.OTHER)
             try:
                 self.add_read_preference(command, preference, None)
-                return self.send_in_implicit_session(conn, dbname, command)
-            finally:
-                self.pool.checkin(conn)
+                reply = self.send_in_implicit_session(conn, dbname, command)
+            except BaseException:
+                self.pool.checkin_after_error(conn)  # no yield: see lease
+                raise
+            self.pool.checkin(conn)
+            return reply
         with self.lease(session, Purpose.OTHER, name=next(iter(command)),
                         deadline=deadline) as conn:
             self.add_read_preference(command, preference, session)

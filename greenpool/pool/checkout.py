@@ -300,6 +300,18 @@ class _HotPath(_CheckoutFailures[T]):
         self._checkin(conn)
         events.flush()
 
+    def checkin_after_error(self, conn: Connection[T]) -> None:
+        """:meth:`checkin` for code that an exception is leaving (a kill, a
+        failed command): the same checkin, its events delivered from a new
+        greenlet. Nothing here yields, so a listener that blocks cannot let
+        a second exception (the greenlet's own gevent.Timeout) replace the
+        one in flight.
+
+        :raises ValueError: as :meth:`checkin`.
+        """
+        self._checkin(conn)
+        self._events.flush_later()
+
     def _checkin(self, conn: Connection[T]) -> None:
         """Check in without reporting yet (the caller flushes)."""
         if conn._pool is not self:

@@ -9,8 +9,8 @@ Go's ``connectionPerished``: they say why a connection must close and change
 nothing; the pool acts on them.
 
 What must not live here: any change to a pool's sets, counts or events. A
-connection calls only its pool's checkin (``_checkin`` and a later flush
-while an exception propagates) and the serviceId map's
+connection calls only its pool's checkin (``checkin_after_error`` while an
+exception propagates) and the serviceId map's
 ``_take_service_generation``, which the :class:`Owner` protocol names; the
 pool's pieces import this module, never the other way round.
 """
@@ -29,7 +29,6 @@ from pymongo.monitoring import ConnectionClosedReason as _Closed
 
 from greenpool.address import Address, format_address
 from greenpool.pool.holds import RawSite
-from greenpool.pool.monitoring import Publisher
 
 __all__ = [
     "Connection", "ConnectionState", "Connector", "ErrorHandler", "Owner", "PoolStats", "Purpose",
@@ -72,10 +71,9 @@ class Owner(Protocol):
 
     address: Address
     _pid: int
-    _events: Publisher
 
     def checkin(self, conn: Connection[Any]) -> None: ...
-    def _checkin(self, conn: Connection[Any]) -> None: ...
+    def checkin_after_error(self, conn: Connection[Any]) -> None: ...
     def _take_service_generation(self, conn: Connection[Any]) -> None: ...
 
 
@@ -149,12 +147,10 @@ class Connection(Generic[T]):
         return self
 
     def __exit__(self, exc_type: object, exc: object, traceback: object) -> None:
-        pool = self._pool
         if exc_type is None:
-            pool.checkin(self)
+            self._pool.checkin(self)
         else:
-            pool._checkin(self)
-            pool._events.flush_later()  # never yield while an exception propagates
+            self._pool.checkin_after_error(self)  # never yield while an exception propagates
 
     def __repr__(self) -> str:
         return (f"<greenpool.Connection {self.id} to {format_address(self.address)}, "

@@ -103,19 +103,26 @@ class _Maintenance(_PoolFields[T]):
         with self._judged_in_service(conn):
             self._rebalance()  # hand on the freed slot before anything can yield
             reason = _Closed.POOL_CLOSED if self.closed else _Closed.ERROR
-            if not isinstance(error, Exception):  # a kill: no SDAM handling, no yield
-                self._events.connection_closed(conn.id, reason, error)
-                self._events.flush_later()
-                return
+            # A kill gets no SDAM handling, and nothing may yield while any
+            # exception propagates (the handler may yield, so a kill can land
+            # in it): a listener's yield would let the greenlet's own timeout
+            # fire and replace the kill.
+            quiet = not isinstance(error, Exception)
             try:
                 # SDAM error handling (which may clear the pool) comes before
                 # ConnectionClosed, as the spec's pool-create-min-size-error orders it.
                 handler = self._on_establish_error
-                if handler is not None and not self.closed:
+                if isinstance(error, Exception) and handler is not None and not self.closed:
                     handler(error, conn)
+            except BaseException:
+                quiet = True
+                raise
             finally:
                 self._events.connection_closed(conn.id, reason, error)
-                self._events.flush()
+                if quiet:
+                    self._events.flush_later()
+                else:
+                    self._events.flush()
 
     # -- the background -----------------------------------------------------------
 
