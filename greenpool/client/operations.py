@@ -255,10 +255,12 @@ class Operations:
                 pinned = self._pin_to_transaction(session, conn)
             if pinned:
                 conn.pinned = True
+            elif isinstance(error, Exception):
+                self.pool.checkin(conn)  # its events before the error reaches the caller
             else:
-                # Its events later, from a new greenlet: a listener that
-                # yields here could let the greenlet's own gevent.Timeout
-                # fire and replace the exception in flight (a kill, lost).
+                # A kill: its events later, from a new greenlet. A listener
+                # that yields here could let the greenlet's own
+                # gevent.Timeout fire and replace the kill.
                 self.pool.checkin_after_error(conn)
             raise
         if pinned:
@@ -424,8 +426,11 @@ class Operations:
             try:
                 self.add_read_preference(command, preference, None)
                 reply = self.send_in_implicit_session(conn, dbname, command)
+            except Exception:
+                self.pool.checkin(conn)
+                raise
             except BaseException:
-                self.pool.checkin_after_error(conn)  # no yield: see lease
+                self.pool.checkin_after_error(conn)  # a kill: no yield, see lease
                 raise
             self.pool.checkin(conn)
             return reply

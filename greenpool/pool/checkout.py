@@ -301,11 +301,11 @@ class _HotPath(_CheckoutFailures[T]):
         events.flush()
 
     def checkin_after_error(self, conn: Connection[T]) -> None:
-        """:meth:`checkin` for code that an exception is leaving (a kill, a
-        failed command): the same checkin, its events delivered from a new
-        greenlet. Nothing here yields, so a listener that blocks cannot let
-        a second exception (the greenlet's own gevent.Timeout) replace the
-        one in flight.
+        """:meth:`checkin` for code that an exception is leaving, above all a
+        kill (GreenletExit, an outer gevent.Timeout): the same checkin, its
+        events delivered from a new greenlet. Nothing here yields, so a
+        listener that blocks cannot let a second exception (the greenlet's
+        own gevent.Timeout) replace the one in flight.
 
         :raises ValueError: as :meth:`checkin`.
         """

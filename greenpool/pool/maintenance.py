@@ -103,10 +103,10 @@ class _Maintenance(_PoolFields[T]):
         with self._judged_in_service(conn):
             self._rebalance()  # hand on the freed slot before anything can yield
             reason = _Closed.POOL_CLOSED if self.closed else _Closed.ERROR
-            # A kill gets no SDAM handling, and nothing may yield while any
-            # exception propagates (the handler may yield, so a kill can land
-            # in it): a listener's yield would let the greenlet's own timeout
-            # fire and replace the kill.
+            # A kill gets no SDAM handling, and nothing may yield while a kill
+            # propagates (the handler may yield, so a kill can land in it): a
+            # listener's yield would let the greenlet's own timeout fire and
+            # replace the kill.
             quiet = not isinstance(error, Exception)
             try:
                 # SDAM error handling (which may clear the pool) comes before
@@ -114,8 +114,8 @@ class _Maintenance(_PoolFields[T]):
                 handler = self._on_establish_error
                 if isinstance(error, Exception) and handler is not None and not self.closed:
                     handler(error, conn)
-            except BaseException:
-                quiet = True
+            except BaseException as escaped:
+                quiet = quiet or not isinstance(escaped, Exception)
                 raise
             finally:
                 self._events.connection_closed(conn.id, reason, error)
