@@ -1,4 +1,5 @@
-"""A listener that records every event PyMongo's listener interfaces define."""
+"""Listeners for tests: one that records every event PyMongo's listener
+interfaces define, and a pool listener base that ignores every event."""
 
 from __future__ import annotations
 
@@ -47,3 +48,17 @@ class AllEvents(
                 self._changed.clear()
                 self._changed.wait()
         return self.of(kind)
+
+
+class QuietPoolListener(_m.ConnectionPoolListener):
+    """Ignores every CMAP event. PyMongo's own MongoClient calls every method
+    of a pool listener (they are abstract there), so a test's listener that
+    cares for one or two events subclasses this and overrides those."""
+
+    def _ignore(self, event: object) -> None:
+        pass
+
+    pool_created = pool_ready = pool_cleared = pool_closed = _ignore
+    connection_created = connection_ready = connection_closed = _ignore
+    connection_check_out_started = connection_check_out_failed = _ignore
+    connection_checked_out = connection_checked_in = _ignore

@@ -8,9 +8,9 @@ from collections.abc import Callable
 from typing import Any
 
 import gevent
-from pymongo import monitoring
 
 from greenpool.pool.longholds import ConnectionHeldTooLongEvent
+from tests.events import QuietPoolListener
 
 
 def here() -> int:
@@ -38,7 +38,7 @@ def show(error: BaseException) -> None:
     print(f"\n{type(error).__module__}.{type(error).__qualname__}: {error}")
 
 
-class HoldListener(monitoring.ConnectionPoolListener):
+class HoldListener(QuietPoolListener):
     """A PyMongo pool listener that keeps the long-hold events and ignores the rest."""
 
     def __init__(self) -> None:
@@ -46,11 +46,3 @@ class HoldListener(monitoring.ConnectionPoolListener):
 
     def connection_held_too_long(self, event: ConnectionHeldTooLongEvent) -> None:
         self.long_holds.append(event)
-
-    def _ignore(self, event: object) -> None:
-        pass
-
-    pool_created = pool_ready = pool_cleared = pool_closed = _ignore
-    connection_created = connection_ready = connection_closed = _ignore
-    connection_check_out_started = connection_check_out_failed = _ignore
-    connection_checked_out = connection_checked_in = _ignore

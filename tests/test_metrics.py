@@ -7,25 +7,17 @@ from typing import Any
 import gevent
 import pytest
 from pymongo import errors as pymongo_errors
-from pymongo import monitoring
 
 from greenpool import Client, Pool, PoolClearedError, WaitQueueTimeoutError
 from greenpool.pool.metrics import STAT_KEYS
+from tests.events import QuietPoolListener
 from tests.mock import MockConnector
 
 ADDRESS = ("db.test", 27017)
 
 
-class Quiet(monitoring.ConnectionPoolListener):
+class Quiet(QuietPoolListener):
     """A listener that does nothing: it only takes the pool off its fast path."""
-
-    def _nothing(self, event: object) -> None:
-        pass
-
-    pool_created = pool_ready = pool_cleared = pool_closed = _nothing
-    connection_created = connection_ready = connection_closed = _nothing
-    connection_check_out_started = connection_check_out_failed = _nothing
-    connection_checked_out = connection_checked_in = _nothing
 
 
 def make_pool(options: dict[str, Any] | None = None, connector: Any = None,

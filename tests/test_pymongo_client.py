@@ -34,6 +34,7 @@ from pymongo.errors import ConnectionFailure, WaitQueueTimeoutError
 
 from greenpool.pymongo import GreenPool, KillSafeCondition, MongoClient, client_kwargs
 from tests.cmap_runner import Recorder
+from tests.events import QuietPoolListener
 
 ROOT = Path(__file__).resolve().parents[1]
 Client = pymongo.MongoClient  # the stock client, for comparisons
@@ -194,7 +195,7 @@ def test_shutdown_in_progress_clears_the_pool_and_the_read_is_retried(mongodb_ur
         client.close()
 
 
-class BlockingClear(monitoring.ConnectionPoolListener):
+class BlockingClear(QuietPoolListener):
     """Blocks whoever publishes PoolCleared: SDAM error handling, while the
     failed operation still has its connection checked out."""
 
@@ -204,14 +205,6 @@ class BlockingClear(monitoring.ConnectionPoolListener):
     def pool_cleared(self, event: object) -> None:
         self.entered.set()
         gevent.sleep(60)
-
-    def _ignore(self, event: object) -> None:
-        pass
-
-    pool_created = pool_ready = pool_closed = _ignore
-    connection_created = connection_ready = connection_closed = _ignore
-    connection_check_out_started = connection_check_out_failed = _ignore
-    connection_checked_out = connection_checked_in = _ignore
 
 
 @pytest.mark.timeout(60)
@@ -343,7 +336,7 @@ def test_a_timeout_during_the_handshake_leaks_nothing(mongodb_uri: str) -> None:
         client.close()
 
 
-class SlowCheckin(monitoring.ConnectionPoolListener):
+class SlowCheckin(QuietPoolListener):
     """Yields in ConnectionCheckedIn, where the next kill is aimed."""
 
     def __init__(self) -> None:
@@ -356,14 +349,6 @@ class SlowCheckin(monitoring.ConnectionPoolListener):
             gevent.sleep(0.001)
         finally:
             self.inside.discard(me)
-
-    def _ignore(self, event: object) -> None:
-        pass
-
-    pool_created = pool_ready = pool_cleared = pool_closed = _ignore
-    connection_created = connection_ready = connection_closed = _ignore
-    connection_check_out_started = connection_check_out_failed = _ignore
-    connection_checked_out = _ignore
 
 
 @pytest.mark.timeout(120)
