@@ -61,7 +61,6 @@ is one lookup on the pool, as in a single class. Imports: the pool core only.
 
 from __future__ import annotations
 
-import os
 import time
 from typing import TypeVar
 
@@ -127,7 +126,7 @@ class _HotPath(_CheckoutFailures[T]):
         """
         if timeout is not None and not timeout >= 0:
             raise ValueError(f"checkout timeout must be None or a number >= 0, not {timeout!r}")
-        if self._pid != os.getpid() or self._thread != real_thread_id():
+        if not self._owner[0] or self._thread != real_thread_id():
             self._check_owner()
         holder = None
         if self._state is _READY and not self._queue.waiting:

@@ -44,6 +44,7 @@ from bson.objectid import ObjectId
 
 from greenpool.address import Address
 from greenpool.pool.connection import Connection, Connector, ErrorHandler, PoolStats, Transport
+from greenpool.pool.forkmark import OwnerMark
 from greenpool.pool.holds import Hold
 from greenpool.pool.longholds import Watch
 from greenpool.pool.metrics import Tally
@@ -121,8 +122,10 @@ class _PoolFields(Generic[T]):
     _fillers: set[Any]  # gevent.Greenlet
 
     # -- forking.py: the process and OS thread the pool belongs to ----------------
-    #: The hot path and the background run compare them inline.
+    #: The hot path and the background run check them inline. ``_pid``
+    #: stamps connections; ``_owner[0]`` is 0 once the process has forked.
     _pid: int
+    _owner: OwnerMark
     _thread: int
 
     if TYPE_CHECKING:

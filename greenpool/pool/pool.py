@@ -49,6 +49,7 @@ from greenpool.pool.connection import (
     Transport,
 )
 from greenpool.pool.forking import _ForkHandling
+from greenpool.pool.forkmark import owner_mark
 from greenpool.pool.holds import Hold, Holder, PoolReport, records_sites, snapshot
 from greenpool.pool.longholds import ConnectionHeldTooLongEvent, Watch, check_threshold, describe
 from greenpool.pool.maintenance import _Maintenance
@@ -147,6 +148,7 @@ class Pool(_HotPath[T], _Maintenance[T], _Clearing[T], _ServiceMap[T], _ForkHand
         self._fillers = set()
         # Fork handling's (forking.py).
         self._pid = os.getpid()
+        self._owner = owner_mark()
         self._thread = forking.real_thread_id()
         forking.track(self)
         reports.track(self)
