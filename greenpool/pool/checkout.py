@@ -161,7 +161,7 @@ class _HotPath(_CheckoutFailures[T]):
                   ) -> Connection[T]:
         started = _now()
         self._events.checkout_started()
-        if not replaces_wait_queue_timeout:
+        if self._wait_queue_timeout is not None and not replaces_wait_queue_timeout:
             timeout = self._with_wait_queue_timeout(timeout)
         conn = self._wait_for_grant(started, timeout)
         if conn.state is _PENDING:
@@ -194,7 +194,8 @@ class _HotPath(_CheckoutFailures[T]):
             conn._site = _acquire_site()  # from our caller on: checkout, _checkout
         events.checked_out(conn.id, now - started)
         try:
-            events.flush()
+            if events._outbox:
+                events.flush()
         except BaseException as kill:
             self._count_failed_request(0.0, _Failed.TIMEOUT
                                        if isinstance(kill, gevent.Timeout) else None)
@@ -219,7 +220,8 @@ class _HotPath(_CheckoutFailures[T]):
         if self._available or self._may_create():
             self._serve_waiters()
         try:
-            self._events.flush()  # CheckOutStarted before blocking; may yield
+            if self._events._outbox:
+                self._events.flush()  # CheckOutStarted before blocking; may yield
             conn = slot.wait(None if timeout is None else timeout - (_now() - started))
         except WaitTimedOut:
             self._fail_checkout(started, self._timeout_error(started), _Failed.TIMEOUT)
@@ -255,7 +257,7 @@ class _HotPath(_CheckoutFailures[T]):
 
     def _with_wait_queue_timeout(self, timeout: float | None) -> float | None:
         """The wait's limit: ``timeout`` or waitQueueTimeoutMS, the shorter."""
-        limit = self.options.wait_queue_timeout
+        limit = self._wait_queue_timeout
         if limit is None or (timeout is not None and timeout < limit):
             return timeout
         return limit

@@ -70,6 +70,7 @@ class _PoolFields(Generic[T]):
     _min_pool_size: int
     _max_pool_size: int
     _max_connecting: int
+    _wait_queue_timeout: float | None
     #: Every piece reports through it, and flushes once its change is complete.
     _events: Publisher
     #: Counters: every piece counts in it; pop_stats replaces it.
