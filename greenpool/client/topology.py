@@ -93,6 +93,13 @@ class Checker(Protocol):
 class Topology:
     """The one server the Client talks to, as SDAM describes it."""
 
+    # What every command reads of the server, set with it (_set_server).
+    #: The server once it is usable (its type is known), else None.
+    known: ServerDescription | None
+    #: A primary read needs no $readPreference (Server Selection spec).
+    plain_primary_reads: bool
+    session_timeout_minutes: int | None
+
     def __init__(self, address: Address, pool: Pool[Any], *, load_balanced: bool,
                  heartbeat_frequency: float, server_selection_timeout: float,
                  listeners: Iterable[object] = ()) -> None:
@@ -266,9 +273,7 @@ class Topology:
         description, what every command would otherwise read of it through
         PyMongo's properties."""
         self._server = new
-        #: The server once it is usable (its type is known), else None.
         self.known = new if new.is_server_type_known else None
-        #: A primary read needs no $readPreference (Server Selection spec).
         self.plain_primary_reads = (not self.load_balanced
                                     and new.server_type in PRIMARY_ALONE)
         self.session_timeout_minutes = new.logical_session_timeout_minutes

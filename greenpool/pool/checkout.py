@@ -161,7 +161,7 @@ class _HotPath(_CheckoutFailures[T]):
                   ) -> Connection[T]:
         started = _now()
         self._events.checkout_started()
-        if self._wait_queue_timeout is not None and not replaces_wait_queue_timeout:
+        if self.options.wait_queue_timeout_ms and not replaces_wait_queue_timeout:
             timeout = self._with_wait_queue_timeout(timeout)
         conn = self._wait_for_grant(started, timeout)
         if conn.state is _PENDING:
@@ -257,7 +257,7 @@ class _HotPath(_CheckoutFailures[T]):
 
     def _with_wait_queue_timeout(self, timeout: float | None) -> float | None:
         """The wait's limit: ``timeout`` or waitQueueTimeoutMS, the shorter."""
-        limit = self._wait_queue_timeout
+        limit = self.options.wait_queue_timeout
         if limit is None or (timeout is not None and timeout < limit):
             return timeout
         return limit
@@ -375,7 +375,8 @@ class _HotPath(_CheckoutFailures[T]):
     def _rebalance(self) -> None:
         if self._queue.waiting:
             self._serve_waiters()
-        if self._min_pool_size and self._total() < self._min_pool_size and self._may_create():
+        min_pool_size = self.options.min_pool_size
+        if min_pool_size and self._total() < min_pool_size and self._may_create():
             self._alarm.ring()
 
     def _serve_waiters(self) -> None:

@@ -67,10 +67,8 @@ class _PoolFields(Generic[T]):
     # Copies of options the hot path reads on every checkout and checkin.
     _load_balanced: bool
     _max_idle: float | None
-    _min_pool_size: int
     _max_pool_size: int
     _max_connecting: int
-    _wait_queue_timeout: float | None
     #: Every piece reports through it, and flushes once its change is complete.
     _events: Publisher
     #: Counters: every piece counts in it; pop_stats replaces it.

@@ -163,7 +163,7 @@ class _Maintenance(_PoolFields[T]):
             else:
                 self._retire(conn, reason)
         self._available = keep
-        while self._total() < self._min_pool_size and self._may_create():
+        while self._total() < self.options.min_pool_size and self._may_create():
             conn = self._create()
             self._filling.add(conn)
             filler = gevent.spawn(self._fill, conn)

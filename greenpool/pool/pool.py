@@ -122,10 +122,8 @@ class Pool(_HotPath[T], _Maintenance[T], _Clearing[T], _ServiceMap[T], _ForkHand
         # Read on every checkout and checkin; options never change.
         self._load_balanced = self.options.load_balanced
         self._max_idle = self.options.max_idle_time
-        self._min_pool_size = self.options.min_pool_size
         self._max_pool_size = self.options.max_pool_size
         self._max_connecting = self.options.max_connecting
-        self._wait_queue_timeout = self.options.wait_queue_timeout
         self._events = Publisher(self.address, listeners)
         self._tally = Tally()
         self._state = PoolState.PAUSED
