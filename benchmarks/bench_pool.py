@@ -12,7 +12,8 @@ Measures, side by side in one run:
    hub turn of "work" (``gevent.sleep(0)``), checkin: throughput, wait-time
    percentiles, and the spread of greenlet completion times, set against the
    FIFO ideal (a greenlet's wait when the whole queue ahead of it is served at
-   the measured throughput).
+   the measured throughput); and the same workload on a ``gevent.lock.Semaphore``
+   and a list, the ceiling any gevent pool can reach on the machine.
 
 ``--against DIR`` compares the uncontended cycle of this tree's greenpool with
 the one in DIR (another checkout, e.g. ``git worktree add /tmp/before main``),
@@ -135,6 +136,38 @@ def contended(greenlets: int, operations: int, pool_size: int) -> dict[str, floa
     pool: Pool[NullTransport] = Pool(("bench", 27017), {"maxPoolSize": pool_size},
                                      connector=connector)
     pool.ready()
+    try:
+        return contend(pool.checkout, greenlets, operations, pool_size)
+    finally:
+        pool.close()
+
+
+def contended_semaphore(greenlets: int, operations: int, pool_size: int) -> dict[str, float]:
+    """:func:`contended`'s workload on the least a gevent pool can be: a
+    ``gevent.lock.Semaphore`` and a list of connections, with no events,
+    tallies, fork check or fairness. What it reaches is this machine's
+    ceiling for the workload (two hub turns per operation)."""
+    semaphore = gevent.lock.Semaphore(pool_size)
+    free = [NullTransport() for _ in range(pool_size)]
+
+    class Lease:
+        __slots__ = ("conn",)
+
+        def __enter__(self) -> NullTransport:
+            semaphore.acquire()
+            self.conn = free.pop()
+            return self.conn
+
+        def __exit__(self, *exc: object) -> None:
+            free.append(self.conn)
+            semaphore.release()
+
+    return contend(Lease, greenlets, operations, pool_size)
+
+
+def contend(lease: Any, greenlets: int, operations: int, pool_size: int) -> dict[str, float]:
+    """``greenlets`` greenlets each doing ``operations`` times ``with
+    lease():`` around one hub turn of work."""
     waits: list[float] = []
     finished: list[float] = []
     started = time.perf_counter()
@@ -142,14 +175,13 @@ def contended(greenlets: int, operations: int, pool_size: int) -> dict[str, floa
     def worker() -> None:
         for _ in range(operations):
             asked = time.perf_counter()
-            with pool.checkout():
+            with lease():
                 waits.append(time.perf_counter() - asked)
                 gevent.sleep(0)
         finished.append(time.perf_counter() - started)
 
     gevent.joinall([gevent.spawn(worker) for _ in range(greenlets)], raise_error=True)
     elapsed = time.perf_counter() - started
-    pool.close()
     waits.sort()
     throughput = len(waits) / elapsed
     # With FIFO service every greenlet waits for the others once per round.
@@ -295,16 +327,18 @@ def main() -> None:
         print(f"| {run + 1} | {u['pool_us']:.2f} µs | {u['with_us']:.2f} µs | "
               f"{u['semaphore_us']:.2f} µs | {u['ratio']:.1f}x |")
     print(f"\n{greenlets} greenlets x {operations} checkouts over 10 connections:\n")
-    print("| run | ops/s | wait p50 | wait p99 | wait max | FIFO ideal | max/ideal | "
+    print("| run | contender | ops/s | wait p50 | wait p99 | wait max | FIFO ideal | max/ideal | "
           "finished (first-last, stdev) |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     for run in range(args.repeat):
-        c = contended(greenlets, operations, 10)
-        print(f"| {run + 1} | {c['ops_per_s']:,.0f} | {c['wait_p50_ms']:.1f} ms | "
-              f"{c['wait_p99_ms']:.1f} ms | {c['wait_max_ms']:.1f} ms | "
-              f"{c['ideal_wait_ms']:.1f} ms | {c['max_over_ideal']:.2f} | "
-              f"{c['finish_first_s']:.2f}-{c['finish_last_s']:.2f} s, "
-              f"{c['finish_stdev_s'] * 1000:.0f} ms |")
+        for name, measure in (("greenpool", contended),
+                              ("Semaphore and list", contended_semaphore)):
+            c = measure(greenlets, operations, 10)
+            print(f"| {run + 1} | {name} | {c['ops_per_s']:,.0f} | {c['wait_p50_ms']:.1f} ms | "
+                  f"{c['wait_p99_ms']:.1f} ms | {c['wait_max_ms']:.1f} ms | "
+                  f"{c['ideal_wait_ms']:.1f} ms | {c['max_over_ideal']:.2f} | "
+                  f"{c['finish_first_s']:.2f}-{c['finish_last_s']:.2f} s, "
+                  f"{c['finish_stdev_s'] * 1000:.0f} ms |")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Where a greenpool.Client's ping spends its CPU: a cProfile of bench.py's workloads.
 
     .venv/bin/python benchmarks/profile_client.py [--greenlets 10] [--ops 2000]
-                                                   [--listener] [--top 25]
+                                                   [--listener [--all-methods]] [--top 25]
 
 Starts its own SecantusDB on 127.0.0.1 (:class:`greenpool.cli.embedded.EmbeddedServer`),
 pinned to one CPU and this process to another when there are two (as bench.py
@@ -32,7 +32,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--greenlets", type=int, default=10)
     parser.add_argument("--ops", type=int, default=20_000, help="pings in total")
-    parser.add_argument("--listener", action="store_true", help="attach a CMAP listener")
+    parser.add_argument("--listener", action="store_true",
+                        help="attach a CMAP listener (of connection_checked_out only)")
+    parser.add_argument("--all-methods", action="store_true",
+                        help="with --listener: one that implements all 11 CMAP methods, "
+                             "as bench.py's")
     parser.add_argument("--floor", action="store_true",
                         help="profile bench.py's floor instead: 10 raw links, no pool")
     parser.add_argument("--top", type=int, default=25)
@@ -65,7 +69,13 @@ def profile(uri: str, args: argparse.Namespace) -> None:
         def connection_checked_out(self, event: Any) -> None:
             pass
 
-    listeners = [Listener()] if args.listener else []
+    class EveryMethod(Listener):
+        pool_created = pool_ready = pool_cleared = pool_closed = Listener.connection_checked_out
+        connection_created = connection_ready = connection_closed = pool_created
+        connection_check_out_started = connection_check_out_failed = pool_created
+        connection_checked_in = pool_created
+
+    listeners = [(EveryMethod if args.all_methods else Listener)()] if args.listener else []
     per = args.ops // args.greenlets
     total = per * args.greenlets
     with Client(f"{uri}{'&' if '?' in uri else '?'}maxPoolSize=10",
@@ -94,8 +104,12 @@ def profile(uri: str, args: argparse.Namespace) -> None:
         gevent.joinall([gevent.spawn(*each) for each in greenlets], raise_error=True)
         profiler.disable()
         cpu = cpu_seconds() - cpu
+    import greenpool
+
+    print(f"greenpool: {os.path.dirname(greenpool.__file__)}")
     what = "the floor (10 raw links)" if args.floor else f"{args.greenlets} greenlets"
-    print(f"{what}, {total} pings, listener: {args.listener}; "
+    listener = ("all 11 methods" if args.all_methods else "1 method") if args.listener else "none"
+    print(f"{what}, {total} pings, listener: {listener}; "
           f"CPU{'' if args.plain else ' under the profiler'} {1e6 * cpu / total:.1f} µs/op\n")
     if args.plain:
         return

@@ -169,3 +169,45 @@ def test_a_fork_without_pythons_hooks_still_gives_the_child_its_own_monitor(
         assert report["failed_heartbeats"] == [], report
     # The child's pool starts a new generation once, at the fork; a clear would add one.
     assert (parent["generation"], child["generation"]) == (0, 1)
+
+
+# The owner mark behind the pool's per-checkout fork check, in a child forked
+# by os.fork and by libc's fork(), for the wiped page and the pid fallback.
+OWNER_MARK = textwrap.dedent("""
+    import ctypes, json, mmap, os
+    from greenpool.pool import forkmark
+
+    def in_child(mark, fork):
+        reader, writer = os.pipe()
+        pid = fork()
+        if pid == 0:
+            seen = mark[0]
+            mark[0] = 1  # the child makes itself the owner
+            os.write(writer, bytes([seen, mark[0]]))
+            os._exit(0)
+        os.close(writer)
+        os.waitpid(pid, 0)
+        return list(os.read(reader, 2))
+
+    marks = {"page": forkmark.owner_mark()}
+    forkmark._MADV_WIPEONFORK = None
+    marks["pid"] = forkmark.owner_mark()
+    report = {"page_is_mmap": isinstance(marks["page"], mmap.mmap)}
+    for kind, mark in marks.items():
+        for how, fork in (("os.fork", os.fork), ("libc", ctypes.CDLL(None).fork)):
+            report[f"{kind} {how}"] = [mark[0], *in_child(mark, fork), mark[0]]
+    print(json.dumps(report))
+""")
+
+
+def test_the_owner_mark_reads_zero_in_any_forked_child() -> None:
+    done = subprocess.run([sys.executable, "-c", OWNER_MARK], capture_output=True,
+                          text=True, timeout=60, cwd=ROOT)
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    if sys.platform == "linux":
+        assert report.pop("page_is_mmap"), "Linux wipes a page on fork: no system call"
+    # [parent before, child as forked, child after taking over, parent after]
+    for kind in ("page", "pid"):
+        for how in ("os.fork", "libc"):
+            assert report[f"{kind} {how}"] == [1, 0, 1, 1], (kind, how, report)

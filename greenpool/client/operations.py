@@ -288,8 +288,7 @@ class Operations:
         """Add ``$readPreference`` to a read command about to go to the
         selected server, where the Server Selection spec says (after
         selection: it depends on the server's type)."""
-        if preference is readpref.PRIMARY and not self.load_balanced and (
-                self.topology.server.server_type in readpref.PRIMARY_ALONE):
+        if preference is readpref.PRIMARY and self.topology.plain_primary_reads:
             return  # the common case, ahead of command_field's general one
         field = readpref.command_field(
             preference, load_balanced=self.load_balanced,
@@ -395,19 +394,15 @@ class Operations:
         """Run ``command`` (Client.command's work) and return the reply: one
         attempt, then the retries :mod:`greenpool.client.retries` allows
         (``retry``: the caller's override, None to classify by name). A
-        retryable write gets its transaction ID first; anything else pays
-        for retrying only once its first attempt has failed."""
+        retryable write to a server that supports them gets its transaction
+        ID first; anything else pays for retrying only once its first
+        attempt has failed."""
         if (retry is not False and next(iter(command)) in retries.WRITE_COMMANDS
                 and (retry or self.retry_writes) and retries.is_retryable_write(command)
                 and (session is None or not session.in_transaction)):
-            return self._run_write(dbname, command, session, deadline, preference, retry)
-        return self._run_read(dbname, command, session, deadline, preference, retry)
-
-    def _run_read(self, dbname: str, command: dict[str, Any], session: SessionLike | None,
-                  deadline: Deadline | None, preference: _ServerMode,
-                  retry: bool | None) -> dict[str, Any]:
-        """Any command but a retryable write: one attempt, then the retry
-        :meth:`retry_read` allows."""
+            server = self.select(deadline)  # its error is the caller's to see
+            if server.retryable_writes_supported:
+                return self._run_write(dbname, command, session, deadline, preference, server)
         try:
             return self._command_once(dbname, command, session, deadline, preference)
         except PyMongoError as error:
@@ -457,14 +452,10 @@ class Operations:
 
     def _run_write(self, dbname: str, command: dict[str, Any], session: SessionLike | None,
                    deadline: Deadline | None, preference: _ServerMode,
-                   retry: bool | None) -> dict[str, Any]:
-        """A retryable write: on a server that supports them, sent with a
-        transaction ID (the session's lsid, a new txnNumber) and retried
-        after an error labelled RetryableWriteError; elsewhere as any other
-        command. The first selection's error is the caller's to see."""
-        server = self.select(deadline)
-        if not server.retryable_writes_supported:
-            return self._run_read(dbname, command, session, deadline, preference, retry)
+                   server: ServerDescription) -> dict[str, Any]:
+        """A retryable write to ``server``, selected and supporting them: sent
+        with a transaction ID (the session's lsid, a new txnNumber) and
+        retried after an error labelled RetryableWriteError."""
         implicit = self.take_server_session() if session is None else None
         if implicit is not None:
             implicit.txn_number += 1
@@ -558,7 +549,7 @@ class Operations:
             if self._server_sessions:
                 return self._server_sessions.pop()
             return ServerSession()
-        minutes = self.topology.server.logical_session_timeout_minutes
+        minutes = self.topology.session_timeout_minutes
         if minutes is None:
             return None
         now = time.monotonic()

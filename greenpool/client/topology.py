@@ -43,6 +43,7 @@ from pymongo.server_description import ServerDescription
 from pymongo.topology_description import TOPOLOGY_TYPE, TopologyDescription
 
 from greenpool.address import Address, format_address
+from greenpool.client.readpref import PRIMARY_ALONE
 from greenpool.client.sdam import (
     ErrorContext,
     Phase,
@@ -92,6 +93,13 @@ class Checker(Protocol):
 class Topology:
     """The one server the Client talks to, as SDAM describes it."""
 
+    # What every command reads of the server, set with it (_set_server).
+    #: The server once it is usable (its type is known), else None.
+    known: ServerDescription | None
+    #: A primary read needs no $readPreference (Server Selection spec).
+    plain_primary_reads: bool
+    session_timeout_minutes: int | None
+
     def __init__(self, address: Address, pool: Pool[Any], *, load_balanced: bool,
                  heartbeat_frequency: float, server_selection_timeout: float,
                  listeners: Iterable[object] = ()) -> None:
@@ -101,7 +109,7 @@ class Topology:
         self.server_selection_timeout = server_selection_timeout
         self._listeners = list(listeners)
         self._settings = _Settings([address], heartbeat_frequency, load_balanced=load_balanced)
-        self._server = ServerDescription(address)
+        self._set_server(ServerDescription(address))
         self._description = self._describe(TOPOLOGY_TYPE.Unknown, {})
         # Selections waiting for the next check to complete (Server Selection spec).
         self._checks: WaitQueue[bool] = WaitQueue()
@@ -162,8 +170,8 @@ class Topology:
         if self._closed:
             raise ServerSelectionTimeoutError(
                 f"{format_address(self.address)}: the client was closed")
-        server = self._server
-        if server.is_server_type_known:
+        server = self.known
+        if server is not None:
             return server
         return self._wait_for_server(
             self.server_selection_timeout if timeout is None else timeout)
@@ -260,8 +268,19 @@ class Topology:
     ) -> TopologyDescription:
         return TopologyDescription(kind, servers, None, None, None, self._settings)
 
+    def _set_server(self, new: ServerDescription) -> None:
+        """Describe the server as ``new``, and work out here, once per
+        description, what every command would otherwise read of it through
+        PyMongo's properties."""
+        self._server = new
+        self.known = new if new.is_server_type_known else None
+        self.plain_primary_reads = (not self.load_balanced
+                                    and new.server_type in PRIMARY_ALONE)
+        self.session_timeout_minutes = new.logical_session_timeout_minutes
+
     def _change_server(self, new: ServerDescription) -> None:
-        old, self._server = self._server, new
+        old = self._server
+        self._set_server(new)
         if old != new:
             self._emit("description_changed", _m.ServerDescriptionChangedEvent(
                 old, new, self.address, self.topology_id))

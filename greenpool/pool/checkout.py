@@ -61,7 +61,6 @@ is one lookup on the pool, as in a single class. Imports: the pool core only.
 
 from __future__ import annotations
 
-import os
 import time
 from typing import TypeVar
 
@@ -127,7 +126,7 @@ class _HotPath(_CheckoutFailures[T]):
         """
         if timeout is not None and not timeout >= 0:
             raise ValueError(f"checkout timeout must be None or a number >= 0, not {timeout!r}")
-        if self._pid != os.getpid() or self._thread != real_thread_id():
+        if not self._owner[0] or self._thread != real_thread_id():
             self._check_owner()
         holder = None
         if self._state is _READY and not self._queue.waiting:
@@ -162,7 +161,7 @@ class _HotPath(_CheckoutFailures[T]):
                   ) -> Connection[T]:
         started = _now()
         self._events.checkout_started()
-        if not replaces_wait_queue_timeout:
+        if self.options.wait_queue_timeout_ms and not replaces_wait_queue_timeout:
             timeout = self._with_wait_queue_timeout(timeout)
         conn = self._wait_for_grant(started, timeout)
         if conn.state is _PENDING:
@@ -195,7 +194,8 @@ class _HotPath(_CheckoutFailures[T]):
             conn._site = _acquire_site()  # from our caller on: checkout, _checkout
         events.checked_out(conn.id, now - started)
         try:
-            events.flush()
+            if events._outbox:
+                events.flush()
         except BaseException as kill:
             self._count_failed_request(0.0, _Failed.TIMEOUT
                                        if isinstance(kill, gevent.Timeout) else None)
@@ -220,7 +220,8 @@ class _HotPath(_CheckoutFailures[T]):
         if self._available or self._may_create():
             self._serve_waiters()
         try:
-            self._events.flush()  # CheckOutStarted before blocking; may yield
+            if self._events._outbox:
+                self._events.flush()  # CheckOutStarted before blocking; may yield
             conn = slot.wait(None if timeout is None else timeout - (_now() - started))
         except WaitTimedOut:
             self._fail_checkout(started, self._timeout_error(started), _Failed.TIMEOUT)
@@ -374,7 +375,8 @@ class _HotPath(_CheckoutFailures[T]):
     def _rebalance(self) -> None:
         if self._queue.waiting:
             self._serve_waiters()
-        if self._min_pool_size and self._total() < self._min_pool_size and self._may_create():
+        min_pool_size = self.options.min_pool_size
+        if min_pool_size and self._total() < min_pool_size and self._may_create():
             self._alarm.ring()
 
     def _serve_waiters(self) -> None:

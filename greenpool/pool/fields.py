@@ -44,6 +44,7 @@ from bson.objectid import ObjectId
 
 from greenpool.address import Address
 from greenpool.pool.connection import Connection, Connector, ErrorHandler, PoolStats, Transport
+from greenpool.pool.forkmark import OwnerMark
 from greenpool.pool.holds import Hold
 from greenpool.pool.longholds import Watch
 from greenpool.pool.metrics import Tally
@@ -66,7 +67,6 @@ class _PoolFields(Generic[T]):
     # Copies of options the hot path reads on every checkout and checkin.
     _load_balanced: bool
     _max_idle: float | None
-    _min_pool_size: int
     _max_pool_size: int
     _max_connecting: int
     #: Every piece reports through it, and flushes once its change is complete.
@@ -121,8 +121,10 @@ class _PoolFields(Generic[T]):
     _fillers: set[Any]  # gevent.Greenlet
 
     # -- forking.py: the process and OS thread the pool belongs to ----------------
-    #: The hot path and the background run compare them inline.
+    #: The hot path and the background run check them inline. ``_pid``
+    #: stamps connections; ``_owner[0]`` is 0 once the process has forked.
     _pid: int
+    _owner: OwnerMark
     _thread: int
 
     if TYPE_CHECKING:

@@ -7,17 +7,19 @@ after the application, and maybe its pools, were created. Two mechanisms:
   makes every inherited connection unusable at once, without writing to its
   socket (closing an inherited descriptor sends nothing while the parent
   still holds it);
-* a pid check on every checkout and checkin (and background run), which
-  catches forks that bypass ``os.fork`` and does the pool's bookkeeping: drop
-  the parent's connections, fail checkouts copied from the parent, bump the
-  generation, and carry on with the pool's state (a ready pool stays ready).
+* an owner check on every checkout (and background run), which catches forks
+  that bypass ``os.fork`` and does the pool's bookkeeping: drop the parent's
+  connections, fail checkouts copied from the parent, bump the generation,
+  and carry on with the pool's state (a ready pool stays ready).
+
+The owner check reads one byte (:mod:`greenpool.pool.forkmark`).
 
 What lives here: the at-fork hook and its registry of pools, and
-:class:`_ForkHandling`, the pool's piece that owns ``_pid`` and ``_thread``:
-the owner check, the at-fork forgetting and the reset on first use. The reset
-is the one place that empties every set of the pool at once.
+:class:`_ForkHandling`, the pool's piece that owns ``_pid``, ``_owner`` and
+``_thread``: the owner check, the at-fork forgetting and the reset on first
+use. The reset is the one place that empties every set of the pool at once.
 
-What must not live here: the pid checks themselves, which stay inline on
+What must not live here: the owner checks themselves, which stay inline on
 the hot path (``checkout.py``, ``maintenance.py``) and call in here only
 when they fail. Imports: the pool core only.
 """
@@ -68,7 +70,7 @@ class _ForkHandling(_PoolFields[T]):
     """The owner check and the reset after a fork: see the module docstring."""
 
     def _check_owner(self) -> None:
-        if self._pid != os.getpid():
+        if not self._owner[0]:
             self._reset_after_fork()
         elif self._thread != real_thread_id():
             raise RuntimeError(
@@ -89,6 +91,7 @@ class _ForkHandling(_PoolFields[T]):
     def _reset_after_fork(self) -> None:
         """In a forked child, on first use: start clean."""
         self._pid = os.getpid()
+        self._owner[0] = 1
         self._thread = real_thread_id()
         self._forget_parent_connections()
         for conn in (*self._available, *self._in_use, *self._pending):

@@ -24,7 +24,6 @@ core only.
 from __future__ import annotations
 
 import logging
-import os
 import time
 import weakref
 from collections import deque
@@ -150,7 +149,7 @@ class _Maintenance(_PoolFields[T]):
     def background_run(self) -> None:
         """One Background Thread Run (spec): close perished available
         connections and start establishing up to minPoolSize. Never waits."""
-        if self._pid != os.getpid():
+        if not self._owner[0]:
             self._reset_after_fork()
         if self.closed:
             return
@@ -164,7 +163,7 @@ class _Maintenance(_PoolFields[T]):
             else:
                 self._retire(conn, reason)
         self._available = keep
-        while self._total() < self._min_pool_size and self._may_create():
+        while self._total() < self.options.min_pool_size and self._may_create():
             conn = self._create()
             self._filling.add(conn)
             filler = gevent.spawn(self._fill, conn)

@@ -49,6 +49,7 @@ from greenpool.pool.connection import (
     Transport,
 )
 from greenpool.pool.forking import _ForkHandling
+from greenpool.pool.forkmark import owner_mark
 from greenpool.pool.holds import Hold, Holder, PoolReport, records_sites, snapshot
 from greenpool.pool.longholds import ConnectionHeldTooLongEvent, Watch, check_threshold, describe
 from greenpool.pool.maintenance import _Maintenance
@@ -121,7 +122,6 @@ class Pool(_HotPath[T], _Maintenance[T], _Clearing[T], _ServiceMap[T], _ForkHand
         # Read on every checkout and checkin; options never change.
         self._load_balanced = self.options.load_balanced
         self._max_idle = self.options.max_idle_time
-        self._min_pool_size = self.options.min_pool_size
         self._max_pool_size = self.options.max_pool_size
         self._max_connecting = self.options.max_connecting
         self._events = Publisher(self.address, listeners)
@@ -147,6 +147,7 @@ class Pool(_HotPath[T], _Maintenance[T], _Clearing[T], _ServiceMap[T], _ForkHand
         self._fillers = set()
         # Fork handling's (forking.py).
         self._pid = os.getpid()
+        self._owner = owner_mark()
         self._thread = forking.real_thread_id()
         forking.track(self)
         reports.track(self)
