@@ -502,7 +502,8 @@ def _credentials(settings: ClientSettings) -> LinkCredentials | None:
     given = settings.credentials
     if given is None:
         return None
-    if given.mechanism not in (None, *LINK_MECHANISMS) or given.username is None:
+    if ((given.mechanism is not None and given.mechanism not in LINK_MECHANISMS)
+            or given.username is None):
         raise ConfigurationError(
             f"authentication mechanism {given.mechanism!r} is not supported by "
             f"greenpool.Client, which speaks SCRAM-SHA-256 and SCRAM-SHA-1")
