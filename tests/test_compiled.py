@@ -8,8 +8,13 @@ fails here instead of passing the same tests twice. In the ordinary run, none is
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import sys
 
+import pytest
+
+import greenpool._compiled
 from greenpool._compiled import MODULES, compiled, mypyc_attr
 
 
@@ -23,3 +28,18 @@ def test_mypyc_attr_leaves_a_class_as_it_is() -> None:
         pass
 
     assert mypyc_attr(native_class=False)(Plain) is Plain
+
+
+def test_without_mypy_installed_mypyc_attr_is_a_decorator_that_does_nothing(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "mypy_extensions", None)  # import fails
+    spec = importlib.util.spec_from_file_location("_compiled_alone", greenpool._compiled.__file__)
+    assert spec is not None and spec.loader is not None
+    alone = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(alone)
+
+    class Plain:
+        pass
+
+    assert alone.mypyc_attr.__module__ == "_compiled_alone"
+    assert alone.mypyc_attr(native_class=False)(Plain) is Plain
