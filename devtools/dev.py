@@ -3,6 +3,7 @@
 
     python3 devtools/dev.py demo    # the main job: a demo (see README.rst)
     python3 devtools/dev.py test    # ruff, mypy --strict, the whole test suite
+    python3 devtools/dev.py compile # the optional compiled build, into build/mypyc
     python3 devtools/dev.py bench   # the benchmarks (not part of the tests); --quick
     python3 devtools/dev.py faults  # restarts, partitions, stepdowns per route (not a test)
     python3 devtools/dev.py pymongo-suite [VERSION]  # PyMongo's own tests, stock vs greenpool
@@ -23,6 +24,13 @@ main environment's PYTHONPATH. Extra arguments after ``test`` go to pytest, and
 skip the matrix; after ``demo`` and ``bench``, to the demo and to
 benchmarks/bench.py.
 
+``compile`` copies the package to ``build/mypyc`` and compiles the modules
+greenpool/_compiled.py names (MODULES, the hot path) there with mypyc, mypy's
+compiler; the package itself stays pure Python. ``test`` builds it after the
+whole suite and runs COMPILED_TESTS again with ``build/mypyc`` first on
+PYTHONPATH (tests/test_compiled.py fails if any of those modules was imported
+pure).
+
 ``gevent-matrix`` runs GEVENT_TESTS on the latest patch of every gevent minor release
 from the floor setup.cfg requires to the newest (GEVENT_MATRIX; the main environment's
 own release is the test command's), each installed the same way into
@@ -42,6 +50,7 @@ import hashlib
 import json
 import os
 import re
+import runpy
 import shutil
 import subprocess
 import sys
@@ -73,6 +82,13 @@ BASE_TESTS = ("tests/test_client.py", "tests/test_pool.py", "tests/test_cmap_spe
 # (greenpool.pymongo.SUPPORTED_PYMONGO; tests/test_pymongo_pool.py checks they agree).
 PYMONGO_MATRIX = ("4.9.2", "4.10.1", "4.11.3", "4.12.1", "4.13.2", "4.14.1", "4.15.5",
                   "4.16.0", "4.17.0", "4.18.3", "4.19.0", "4.20.1")
+#: The compiled build (``compile``): a copy of the package, its hot path compiled by mypyc.
+COMPILED = ROOT / "build" / "mypyc"
+#: What ``test`` runs again on the compiled build: the compiled modules' check, the Client,
+#: the pool, the CMAP spec, kill safety and the wait queue.
+COMPILED_TESTS = ("tests/test_compiled.py", "tests/test_client.py", "tests/test_pool.py",
+                  "tests/test_cmap_spec.py", "tests/test_kill_safety.py",
+                  "tests/test_waitqueue.py")
 GEVENT_OVERLAYS = ROOT / ".venv-gevent"
 #: The latest patch of every gevent minor release with a wheel for Python 3.11, from the
 #: floor setup.cfg requires (tests/test_packaging.py checks they agree) to the newest, the
@@ -160,6 +176,10 @@ def test(args: list[str]) -> None:
     run(PYTHON, "-m", "pytest", *args, env=env)
     if args:
         return
+    compile_build([])
+    print(f"+ compiled ({COMPILED.relative_to(ROOT)}): {' '.join(COMPILED_TESTS)}", flush=True)
+    run(PYTHON, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--import-mode=append",
+        *COMPILED_TESTS, env=compiled_env(env))
     installed = subprocess.run(
         [str(PYTHON), "-c", "import pymongo; print(pymongo.version)"],
         capture_output=True, text=True, check=True).stdout.strip()
@@ -172,6 +192,38 @@ def test(args: list[str]) -> None:
         run(PYTHON, "-c", f"import pymongo; assert pymongo.version == {version!r}, "
             "pymongo.__file__", env=matrix_env)
         run(PYTHON, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests, env=matrix_env)
+
+
+def compile_build(args: list[str]) -> None:
+    """``build/mypyc``: a copy of the package with greenpool._compiled.MODULES compiled."""
+    if args:
+        sys.exit("usage: python3 devtools/dev.py compile")
+    check = subprocess.run([str(PYTHON), "-c", "import setuptools"], capture_output=True)
+    if check.returncode:
+        sys.exit(f"compile: mypyc builds with setuptools, which {VENV} lacks "
+                 f"(Python 3.12 on no longer puts it in a new environment): install it there")
+    modules: tuple[str, ...] = runpy.run_path(str(ROOT / "greenpool" / "_compiled.py"))["MODULES"]
+    if COMPILED.exists():
+        shutil.rmtree(COMPILED)
+    shutil.copytree(ROOT / "greenpool", COMPILED / "greenpool",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    sources = [name.replace(".", "/") + ".py" for name in modules]
+    print(f"+ mypyc {' '.join(sources)} (in {COMPILED.relative_to(ROOT)})", flush=True)
+    started = time.monotonic()
+    result = subprocess.run([str(VENV / "bin" / "mypyc"), *sources], cwd=COMPILED,
+                            capture_output=True, text=True)
+    if result.returncode:
+        print(result.stdout[-5000:], result.stderr[-5000:], sep="\n")
+        sys.exit(f"compile: mypyc failed ({result.returncode})")
+    print(f"compiled {len(sources)} modules in {time.monotonic() - started:.0f} s; to use them, "
+          f"put {COMPILED} first on PYTHONPATH", flush=True)
+
+
+def compiled_env(env: dict[str, str]) -> dict[str, str]:
+    """``env`` importing greenpool from the compiled build: first on PYTHONPATH, and neither
+    the working directory (PYTHONSAFEPATH) nor pytest (``--import-mode=append``) putting the
+    tree's own package before it. GREENPOOL_COMPILED tells tests/test_compiled.py to expect it."""
+    return dict(first_on_path(env, COMPILED), PYTHONSAFEPATH="1", GREENPOOL_COMPILED="1")
 
 
 def gevent_matrix(args: list[str]) -> None:
@@ -334,8 +386,8 @@ def pymongo_releases_beyond_matrix(python: Path) -> list[str]:
     return found
 
 
-JOBS = {"bench": bench, "cooperative": cooperative, "demo": demo, "drift": drift,
-        "faults": faults, "gevent-matrix": gevent_matrix, "lock": lock,
+JOBS = {"bench": bench, "compile": compile_build, "cooperative": cooperative, "demo": demo,
+        "drift": drift, "faults": faults, "gevent-matrix": gevent_matrix, "lock": lock,
         "pymongo-suite": pymongo_suite, "test": test}
 
 

@@ -12,7 +12,7 @@ loops written for PyMongo keep working.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 from pymongo import errors as _pymongo_errors
 
@@ -170,3 +170,15 @@ class AuthenticationError(_pymongo_errors.OperationFailure):
         details: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(message, code, details)
+
+
+_E = TypeVar("_E", bound=BaseException)
+
+
+def caused_by(error: _E, cause: BaseException) -> _E:
+    """``error`` with ``cause`` as its ``__cause__``, for ``raise caused_by(error, cause)
+    from cause`` in the modules of the compiled build: mypyc compiles ``raise ... from``
+    without its cause, and callers read it (a malformed hello is how a server that is not
+    MongoDB shows)."""
+    error.__cause__ = cause
+    return error

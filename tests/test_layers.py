@@ -2,7 +2,8 @@
 
 greenpool is built in layers (docs/architecture.rst):
 
-- base: ``greenpool.errors``, ``greenpool.address`` and ``greenpool._version``;
+- base: ``greenpool.errors``, ``greenpool.address``, ``greenpool._version`` and
+  ``greenpool._compiled``;
 - ``greenpool.pool``: the pool core, with no socket code;
 - ``greenpool.wire``: the wire protocol, the handshake, authentication and sockets;
 - ``greenpool.client``: ``greenpool.Client``, its topology, operations, sessions and cursors;
@@ -35,7 +36,7 @@ ALLOWED: dict[str, set[str]] = {
     "otel": {"base", "pool"},
     "facade": {"base", "pool", "wire", "client", "cli", "pymongo", "otel"},
 }
-BASE = {"greenpool.errors", "greenpool.address", "greenpool._version"}
+BASE = {"greenpool.errors", "greenpool.address", "greenpool._version", "greenpool._compiled"}
 FACADE = {"greenpool", "greenpool.__main__"}
 
 

@@ -42,6 +42,7 @@ from pymongo.hello import Hello
 from pymongo.server_description import ServerDescription
 from pymongo.topology_description import TOPOLOGY_TYPE, TopologyDescription
 
+from greenpool._compiled import mypyc_attr
 from greenpool.address import Address, format_address
 from greenpool.client.readpref import PRIMARY_ALONE
 from greenpool.client.sdam import (
@@ -318,6 +319,9 @@ _LISTENER_KINDS: dict[type, type] = {
 }
 
 
+# Not a native class when compiled: mypyc's native classes cannot be weakly referenced,
+# and the fork hook below holds the monitors weakly.
+@mypyc_attr(native_class=False)
 class Monitor:
     """SDAM's server monitor, as one greenlet with its own connection.
 

@@ -62,7 +62,13 @@ from bson.objectid import ObjectId
 from pymongo.errors import AutoReconnect, NetworkTimeout
 
 from greenpool.address import Address, format_address, parse_address
-from greenpool.errors import ConfigurationError, NotMongoDBError, PoolClearedError, ProtocolError
+from greenpool.errors import (
+    ConfigurationError,
+    NotMongoDBError,
+    PoolClearedError,
+    ProtocolError,
+    caused_by,
+)
 from greenpool.pool.connection import Connection
 from greenpool.wire.auth import Credentials, ScramConversation, authenticate, handshake_fields
 from greenpool.wire.compression import Compressor, negotiate_compressor, usable_compressors
@@ -323,7 +329,8 @@ class Link:
             # A hello with fields of the wrong type: the server is not
             # usable as it answers, like a malformed message.
             self.close()
-            raise AutoReconnect(f"{format_address(self.address)}: {exc}") from exc
+            raise caused_by(AutoReconnect(f"{format_address(self.address)}: {exc}"),
+                            exc) from exc
         except AutoReconnect as exc:
             self.close()
             if (isinstance(exc, PoolClearedError) or self._spoke_mongodb
@@ -334,7 +341,8 @@ class Link:
             not_mongodb = NotMongoDBError(
                 f"the server answered the handshake, but is not a MongoDB server "
                 f"({exc.__cause__})")
-            raise AutoReconnect(f"{format_address(self.address)}: {not_mongodb}") from not_mongodb
+            raise caused_by(AutoReconnect(f"{format_address(self.address)}: {not_mongodb}"),
+                            not_mongodb) from not_mongodb
         except BaseException:
             self.close()
             raise
@@ -478,7 +486,7 @@ class Link:
             error = self._failure(exc, timeout)
             if error is exc:
                 raise
-            raise error from exc
+            raise caused_by(error, exc) from exc
         except BaseException as kill:
             # A kill mid-request: whatever the server sends next would be
             # read as the answer to the next request.

@@ -37,7 +37,7 @@ from bson.codec_options import DEFAULT_CODEC_OPTIONS, CodecOptions
 from bson.errors import InvalidBSON
 from pymongo.errors import DocumentTooLarge, InvalidName
 
-from greenpool.errors import ProtocolError
+from greenpool.errors import ProtocolError, caused_by
 from greenpool.wire.compression import Compressor, decompress, may_compress
 
 __all__ = [
@@ -383,11 +383,13 @@ def _read_sequence(
     try:
         identifier = body[pos + _INT32.size : terminator].decode()
     except UnicodeDecodeError as exc:
-        raise ProtocolError("document sequence identifier is not UTF-8") from exc
+        raise caused_by(ProtocolError(
+            "document sequence identifier is not UTF-8"), exc) from exc
     try:
         documents = bson.decode_all(body[terminator + 1 : stop], codec_options)
     except InvalidBSON as exc:
-        raise ProtocolError(f"document sequence {identifier!r} holds invalid BSON: {exc}") from exc
+        raise caused_by(ProtocolError(
+            f"document sequence {identifier!r} holds invalid BSON: {exc}"), exc) from exc
     return identifier, documents, stop
 
 
@@ -397,7 +399,7 @@ def _decode(
     try:
         return bson.decode(data, codec_options)
     except InvalidBSON as exc:
-        raise ProtocolError(f"OP_MSG body is invalid BSON: {exc}") from exc
+        raise caused_by(ProtocolError(f"OP_MSG body is invalid BSON: {exc}"), exc) from exc
 
 
 # -- OP_QUERY and OP_REPLY ----------------------------------------------------------------
@@ -539,6 +541,7 @@ def _reply_documents(
         try:
             documents.append(bson.decode(body[pos : pos + size], codec_options))
         except InvalidBSON as exc:
-            raise ProtocolError(f"OP_REPLY holds invalid BSON: {exc}") from exc
+            raise caused_by(ProtocolError(f"OP_REPLY holds invalid BSON: {exc}"),
+                            exc) from exc
         pos += size
     return documents

@@ -1,0 +1,49 @@
+"""The optional compiled build: which modules mypyc compiles, and which are loaded.
+
+What lives here: :data:`MODULES`, the hot path's modules that ``python3 devtools/dev.py
+compile`` compiles with mypyc into a copy of the package (``build/mypyc``, never the
+installed package); :func:`compiled`, those of them this process imported compiled; and
+:func:`mypyc_attr`, mypyc's per-class options (mypy_extensions' own when it is installed,
+else a decorator that does nothing: the package never needs mypy to run).
+
+What must not live here: behaviour. Every module of the package runs as pure Python, and
+compiled modules and pure ones import each other freely. Imports: none of greenpool's.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import TypeVar
+
+__all__ = ["MODULES", "compiled", "mypyc_attr"]
+
+_T = TypeVar("_T")
+
+#: Compiled by ``devtools/dev.py compile``: the Client's command path, its server selection,
+#: sessions and timeouts, and the wire link and messages under it (which the floor of
+#: benchmarks/bench.py uses too). The pool's hot path (``pool/checkout.py``) is not here:
+#: it is one of the mixins of :class:`greenpool.Pool`, and mypyc compiles neither a class
+#: with several native bases nor a generic non-native one.
+MODULES = (
+    "greenpool.client.client",
+    "greenpool.client.operations",
+    "greenpool.client.session",
+    "greenpool.client.timeouts",
+    "greenpool.client.topology",
+    "greenpool.wire.link",
+    "greenpool.wire.messages",
+)
+
+
+def compiled() -> list[str]:
+    """The modules of :data:`MODULES` this process imports compiled (extension modules)."""
+    return [name for name in MODULES
+            if not str(importlib.import_module(name).__file__).endswith(".py")]
+
+
+try:
+    from mypy_extensions import mypyc_attr
+except ImportError:  # no mypy here: the options only matter to a mypyc build
+    def mypyc_attr(*attrs: str, **kwattrs: object) -> Callable[[_T], _T]:
+        return lambda cls: cls
