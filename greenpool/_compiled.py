@@ -20,16 +20,17 @@ __all__ = ["MODULES", "compiled", "mypyc_attr"]
 
 _T = TypeVar("_T")
 
-#: Compiled by ``devtools/dev.py compile``: the Client's command path, its server selection,
-#: sessions and timeouts, and the wire link and messages under it (which the floor of
-#: benchmarks/bench.py uses too). The pool's hot path (``pool/checkout.py``) is not here:
+#: Compiled by ``devtools/dev.py compile``: the Client's command path below its public
+#: methods (operations, server selection) and the wire link and messages under it, which
+#: the floor of benchmarks/bench.py uses too. Modules with public entry points (the Client,
+#: sessions, ``greenpool.timeout``, ``LinkOptions``) stay pure: compiled, a wrongly typed
+#: argument would get mypyc's TypeError instead of greenpool's message naming the value,
+#: and they add little (benchmarks/recorded/2026-11-26-cpu.md: about 2,000 of 28,000
+#: instructions saved per ping). The pool's hot path (``pool/checkout.py``) is not here:
 #: it is one of the mixins of :class:`greenpool.Pool`, and mypyc compiles neither a class
 #: with several native bases nor a generic non-native one.
 MODULES = (
-    "greenpool.client.client",
     "greenpool.client.operations",
-    "greenpool.client.session",
-    "greenpool.client.timeouts",
     "greenpool.client.topology",
     "greenpool.wire.link",
     "greenpool.wire.messages",

@@ -20,7 +20,6 @@ import pytest
 from gevent.pywsgi import WSGIServer
 
 from greenpool import Client, Cursor, WaitQueueTimeoutError
-from greenpool._compiled import compiled
 from greenpool.pool.holds import Site
 from tests.failpoints import failpoint
 from tests.holding import here, named, show, until
@@ -45,8 +44,6 @@ def slow_report(client: Client, sites: Sites) -> list[dict[str, Any]]:
     return list(client.find("shop", "orders", {"status": "late"}))
 
 
-@pytest.mark.skipif("greenpool.client.client" in compiled(), reason=(
-    "compiled Client methods have no frames: the site names the nearest Python frame"))
 def test_a_slow_query_is_named_in_the_waiters_timeout(mongodb_uri: str, app_name: str) -> None:
     uri = with_options(mongodb_uri, appName=app_name, maxPoolSize=1, waitQueueTimeoutMS=300)
     block = {"configureFailPoint": "failCommand", "mode": {"times": 1},
@@ -191,8 +188,6 @@ def test_an_http_call_inside_a_transaction_is_named(lb: LBCluster, slow_http: st
 # -- long holds -----------------------------------------------------------------------------
 
 
-@pytest.mark.skipif("greenpool.client.client" in compiled(), reason=(
-    "compiled Client methods have no frames: the site names the nearest Python frame"))
 def test_a_long_hold_through_the_client_is_logged_with_both_sites(
         mongodb_uri: str, app_name: str, caplog: pytest.LogCaptureFixture) -> None:
     uri = with_options(mongodb_uri, appName=app_name)

@@ -72,7 +72,7 @@ from greenpool.client.session import Session
 from greenpool.client.timeouts import MinRoundTrip, check_seconds, current
 from greenpool.client.topology import Topology
 from greenpool.client.uri import ClientSettings, parse_uri
-from greenpool.errors import ConfigurationError, ProtocolError, caused_by
+from greenpool.errors import ConfigurationError, ProtocolError
 from greenpool.pool.connection import Connection, PoolStats
 from greenpool.pool.holds import PoolReport
 from greenpool.pool.pool import Pool
@@ -419,8 +419,7 @@ class _LinkChecker:
             check_hello_fields(reply)  # as the handshake's reply was
         except ProtocolError as exc:
             self.close()
-            raise caused_by(AutoReconnect(f"{format_address(self._address)}: {exc}"),
-                            exc) from exc
+            raise AutoReconnect(f"{format_address(self._address)}: {exc}") from exc
         elapsed = time.perf_counter() - started
         self._min_round_trip.add(elapsed)
         return reply, elapsed
@@ -503,8 +502,7 @@ def _credentials(settings: ClientSettings) -> LinkCredentials | None:
     given = settings.credentials
     if given is None:
         return None
-    if ((given.mechanism is not None and given.mechanism not in LINK_MECHANISMS)
-            or given.username is None):
+    if given.mechanism not in (None, *LINK_MECHANISMS) or given.username is None:
         raise ConfigurationError(
             f"authentication mechanism {given.mechanism!r} is not supported by "
             f"greenpool.Client, which speaks SCRAM-SHA-256 and SCRAM-SHA-1")

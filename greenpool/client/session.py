@@ -32,7 +32,6 @@ from bson.binary import UUID_SUBTYPE, Binary
 from pymongo.errors import ConnectionFailure, InvalidOperation, OperationFailure, PyMongoError
 
 from greenpool.client.timeouts import Deadline, check_seconds, resolve
-from greenpool.errors import caused_by
 
 if TYPE_CHECKING:
     from greenpool.client.operations import Operations
@@ -300,9 +299,8 @@ class Session:
         self.ended = True
         self._operations.session_ended(self)
 
-    def end_session(self) -> None:
-        """PyMongo's name for :meth:`end` (a method, not an alias: mypyc compiles no alias)."""
-        self.end()
+    #: PyMongo's name for :meth:`end`.
+    end_session = end
 
     def __enter__(self) -> Session:
         return self
@@ -356,8 +354,7 @@ def _raise_timed_out(deadline: Deadline | None, error: PyMongoError) -> None:
     there was no time limit, else a timeout error caused by it."""
     if deadline is None or error.timeout:
         raise error
-    timed_out = deadline.exceeded(f"with_transaction gave up retrying; last error: {error}")
-    raise caused_by(timed_out, error) from error
+    raise deadline.exceeded(f"with_transaction gave up retrying; last error: {error}") from error
 
 
 def _label(error: PyMongoError, label: str) -> None:

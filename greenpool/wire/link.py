@@ -15,7 +15,8 @@ a time::
     with pool.checkout() as conn:
         reply = conn.transport.command("shop", {"find": "orders", "filter": {}})
 
-What lives here: :class:`LinkOptions`, and :class:`Link` with its own steps
+What lives here: :class:`Link` (and, re-exported, :class:`LinkOptions` from
+:mod:`greenpool.wire.linkoptions`), with the link's own steps
 (:meth:`Link.open`, :meth:`Link.handshake`, :meth:`Link.authenticate`), its
 round trips (one request at a time; exhaust streams) and how it breaks and
 closes. What must not: opening sockets (:mod:`greenpool.wire.sockets`),
@@ -51,11 +52,9 @@ retryable and must not mark the server Unknown.
 from __future__ import annotations
 
 import contextlib
-import ssl
 import time
 import weakref
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from bson.objectid import ObjectId
@@ -63,16 +62,16 @@ from pymongo.errors import AutoReconnect, NetworkTimeout
 
 from greenpool.address import Address, format_address, parse_address
 from greenpool.errors import (
-    ConfigurationError,
     NotMongoDBError,
     PoolClearedError,
     ProtocolError,
     caused_by,
 )
 from greenpool.pool.connection import Connection
-from greenpool.wire.auth import Credentials, ScramConversation, authenticate, handshake_fields
-from greenpool.wire.compression import Compressor, negotiate_compressor, usable_compressors
-from greenpool.wire.handshake import check_app_name, check_hello_reply, hello_command
+from greenpool.wire.auth import ScramConversation, authenticate, handshake_fields
+from greenpool.wire.compression import Compressor, negotiate_compressor
+from greenpool.wire.handshake import check_hello_reply, hello_command
+from greenpool.wire.linkoptions import LinkOptions, check_timeout
 from greenpool.wire.messages import (
     DEFAULT_MAX_MESSAGE_SIZE,
     HEADER_SIZE,
@@ -85,83 +84,11 @@ from greenpool.wire.messages import (
     parse_reply_header,
 )
 from greenpool.wire.replies import check_reply, check_reply_fields
-from greenpool.wire.sockets import STDLIB_SSL_CONTEXT, EstablishmentTimedOut, open_socket
+from greenpool.wire.sockets import EstablishmentTimedOut, open_socket
 
 __all__ = ["Link", "LinkOptions"]
 
 _R = TypeVar("_R")
-
-
-def _check_timeout(name: str, value: object) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise ConfigurationError(f"{name} must be None (no timeout) or seconds > 0, not {value!r}")
-
-
-@dataclass(frozen=True)
-class LinkOptions:
-    """How to open, handshake and authenticate a :class:`Link`.
-
-    Timeouts are in seconds; None means no timeout.
-
-    ``connect_timeout`` (connectTimeoutMS) bounds name resolution, each TCP
-    connection attempt (one per resolved address) and the TLS handshake.
-    ``socket_timeout`` (socketTimeoutMS) bounds each round trip, the
-    handshake's and authentication's included.
-
-    ``ssl_context`` enables TLS; a :mod:`gevent.ssl` or a standard library
-    context. Certificate and hostname verification are the context's:
-    ``tlsAllowInvalidCertificates`` is a context with ``verify_mode`` CERT_NONE,
-    ``tlsAllowInvalidHostnames`` one with ``check_hostname`` False.
-    ``server_hostname`` is the name sent for SNI and checked against the
-    certificate; by default the address's host (nothing for a Unix socket).
-
-    ``compressors`` are offered in order of preference; unknown ones and those
-    whose package is missing are dropped here, with a warning.
-    ``zlib_compression_level`` is -1 (zlib's default) to 9.
-
-    ``credentials`` authenticate every link (SCRAM-SHA-256 or SCRAM-SHA-1).
-    ``load_balanced`` is the Load Balancer spec's mode: the handshake goes over
-    OP_MSG with ``loadBalanced: true`` and the server must answer with a
-    ``serviceId``.
-
-    The repr never shows the password (:class:`~greenpool.wire.auth.Credentials`
-    hides it).
-    """
-
-    connect_timeout: float | None = 20.0
-    socket_timeout: float | None = None
-    ssl_context: ssl.SSLContext | None = None
-    server_hostname: str | None = None
-    app_name: str | None = None
-    compressors: tuple[str, ...] = ()
-    zlib_compression_level: int = -1
-    credentials: Credentials | None = None
-    load_balanced: bool = False
-
-    def __post_init__(self) -> None:
-        _check_timeout("connect_timeout", self.connect_timeout)
-        _check_timeout("socket_timeout", self.socket_timeout)
-        if self.ssl_context is not None and not isinstance(self.ssl_context, STDLIB_SSL_CONTEXT):
-            raise ConfigurationError(
-                f"ssl_context must be an ssl.SSLContext, not {type(self.ssl_context).__name__}"
-            )
-        if self.server_hostname is not None and not isinstance(self.server_hostname, str):
-            raise ConfigurationError(f"server_hostname must be a str, not {self.server_hostname!r}")
-        check_app_name(self.app_name)
-        compressors: object = self.compressors  # a str is a common mistake
-        if isinstance(compressors, str):
-            raise ConfigurationError("compressors must be a sequence of names, not one string")
-        object.__setattr__(self, "compressors", tuple(usable_compressors(self.compressors)))
-        Compressor("zlib", self.zlib_compression_level)  # checks the level
-        if self.credentials is not None and not isinstance(self.credentials, Credentials):
-            raise ConfigurationError(
-                f"credentials must be greenpool.wire.auth.Credentials, "
-                f"not {type(self.credentials).__name__}"
-            )
-        if not isinstance(self.load_balanced, bool):
-            raise ConfigurationError(f"load_balanced must be a bool, not {self.load_balanced!r}")
 
 
 class _PeerClosed(Exception):
@@ -478,7 +405,7 @@ class Link:
         if timeout is None:
             timeout = self.options.socket_timeout
         else:
-            _check_timeout("timeout", timeout)
+            check_timeout("timeout", timeout)
         self._busy = True
         try:
             yield None if timeout is None else time.monotonic() + timeout
