@@ -96,8 +96,9 @@ def test_retries_can_be_turned_off_per_client_and_per_call(
             pytest.raises(AutoReconnect):
         client.command("db", {"count": "reads"}, retry=False)
     assert len(started(events, "count")) == 4
-    with pytest.raises(TypeError, match="retry must be None, True or False, not 'yes'"):
-        Client(uri).command("db", {"count": "reads"}, retry="yes")  # type: ignore[arg-type]
+    with Client(uri) as client, pytest.raises(
+            TypeError, match="retry must be None, True or False, not 'yes'"):
+        client.command("db", {"count": "reads"}, retry="yes")  # type: ignore[arg-type]
 
 
 def test_other_commands_are_retried_only_when_the_call_says_so(

@@ -298,6 +298,10 @@ def test_an_exception_at_any_step_of_a_check_never_kills_the_monitor(
             assert client.command("admin", {"ping": 1}) == {"ok": 1.0}
             monitor = client.topology.monitor
             assert monitor is not None
+            # The fault is injected process-wide: another client's monitor would take it.
+            others = [each for each in list(topology_module._monitors)
+                      if each is not monitor and not each._stopped]
+            assert not others, f"a monitor another test left running: {others}"
             if name == "__init__":
                 monitor.cancel_check()  # the next check makes a new checker
             fired = _one_shot(monkeypatch, owner, name)
