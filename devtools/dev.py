@@ -178,7 +178,7 @@ def test(args: list[str]) -> None:
         return
     reason = cannot_compile()
     if reason is None:
-        compile_build([])
+        build_compiled()
         print(f"+ compiled ({COMPILED.relative_to(ROOT)}): {' '.join(COMPILED_TESTS)}",
               flush=True)
         run(PYTHON, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--import-mode=append",
@@ -206,6 +206,11 @@ def compile_build(args: list[str]) -> None:
     reason = cannot_compile()
     if reason is not None:
         sys.exit(f"compile: impossible here, as {reason}")
+    build_compiled()
+
+
+def build_compiled() -> None:
+    """What ``compile`` does once :func:`cannot_compile` found nothing in the way."""
     modules: tuple[str, ...] = runpy.run_path(str(ROOT / "greenpool" / "_compiled.py"))["MODULES"]
     if COMPILED.exists():
         shutil.rmtree(COMPILED)

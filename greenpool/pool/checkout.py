@@ -255,12 +255,11 @@ class _HotPath(_CheckoutFailures[T]):
             self._return_to_pool(conn)
             self._fail_checkout(started, PoolClosedError(self.address))
 
-    def _with_wait_queue_timeout(self, timeout: float | None) -> float | None:
-        """The wait's limit: ``timeout`` or waitQueueTimeoutMS, the shorter."""
-        limit = self.options.wait_queue_timeout
-        if limit is None or (timeout is not None and timeout < limit):
-            return timeout
-        return limit
+    def _with_wait_queue_timeout(self, timeout: float | None) -> float:
+        """The wait's limit when waitQueueTimeoutMS is set (the caller
+        checks): ``timeout`` or waitQueueTimeoutMS, the shorter."""
+        limit = self.options.wait_queue_timeout_ms / 1000
+        return timeout if timeout is not None and timeout < limit else limit
 
     # -- checkin ----------------------------------------------------------------
 
