@@ -20,7 +20,7 @@ from pymongo import monitoring as _m
 from pymongo.errors import AutoReconnect, InvalidOperation, NotPrimaryError
 
 from greenpool import Client
-from greenpool.client import topology
+from greenpool.client import monitor
 from tests.events import AllEvents
 from tests.failpoints import failpoint
 from tests.fake_server import HANG_UP, FakeServer, Request
@@ -41,7 +41,7 @@ def started(events: AllEvents, name: str) -> list[dict[str, Any]]:
 
 @pytest.fixture(autouse=True)
 def _quick_rechecks(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(topology, "MIN_HEARTBEAT_FREQUENCY", 0.01)
+    monkeypatch.setattr(monitor, "MIN_HEARTBEAT_FREQUENCY", 0.01)
 
 
 @pytest.fixture

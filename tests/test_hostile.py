@@ -41,6 +41,7 @@ from greenpool._compiled import compiled
 from greenpool.cli.check import EXIT_CODES
 from greenpool.cli.check import main as check_main
 from greenpool.client import client as client_module
+from greenpool.client import monitor as monitor_module
 from greenpool.client import topology as topology_module
 from greenpool.client.uri import parse_uri, redact_uri, uri_secrets
 from greenpool.errors import AuthenticationError, ConfigurationError, NotMongoDBError
@@ -273,15 +274,15 @@ def _one_shot(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str) -> list[Ex
 # Each step of a check: where it happens, and whether the failure is the
 # check's (reported as a failed check with that error) or the monitor loop's.
 _CHECK_STEPS = [
-    (topology_module, "Hello", True),
-    (topology_module, "ServerDescription", True),
-    (topology_module.Topology, "_emit", True),
+    (monitor_module, "Hello", True),
+    (monitor_module, "ServerDescription", True),
+    (topology_module.Topology, "publish", True),
     (topology_module.Topology, "check_succeeded", True),
     (topology_module.Topology, "_change_server", True),
     (Pool, "ready", True),
     (client_module._LinkChecker, "check", True),
     (client_module._LinkChecker, "__init__", True),
-    (topology_module.Monitor, "_check_once", False),
+    (monitor_module.Monitor, "_check_once", False),
 ]
 
 
@@ -299,7 +300,7 @@ def test_an_exception_at_any_step_of_a_check_never_kills_the_monitor(
             monitor = client.topology.monitor
             assert monitor is not None
             # The fault is injected process-wide: another client's monitor would take it.
-            others = [each for each in list(topology_module._monitors)
+            others = [each for each in list(monitor_module._monitors)
                       if each is not monitor and not each._stopped]
             assert not others, f"a monitor another test left running: {others}"
             if name == "__init__":
@@ -324,7 +325,7 @@ def test_an_exception_at_any_step_of_a_check_never_kills_the_monitor(
 @pytest.mark.parametrize("name", ["check_failed", "cancel_check"])
 def test_a_failure_while_reporting_a_failed_check_never_kills_the_monitor(
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, name: str) -> None:
-    owner = topology_module.Topology if name == "check_failed" else topology_module.Monitor
+    owner = topology_module.Topology if name == "check_failed" else monitor_module.Monitor
     with FakeServer() as server, no_leaks(), Client(uri(server)) as client:
         assert client.command("admin", {"ping": 1}) == {"ok": 1.0}
         monitor = client.topology.monitor

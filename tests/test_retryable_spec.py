@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 from pymongo import MongoClient
 
-from greenpool.client import topology
+from greenpool.client import monitor
 from tests.retryable_unified import READS_DIR, WRITES_DIR, NotApplicable, Runner, load_cases
 
 pytestmark = pytest.mark.timeout(60)
@@ -84,7 +84,7 @@ def admin(replset_uri: str) -> Iterator[MongoClient[dict[str, Any]]]:
 
 @pytest.fixture(autouse=True)
 def _quick_rechecks(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(topology, "MIN_HEARTBEAT_FREQUENCY", 0.01)
+    monkeypatch.setattr(monitor, "MIN_HEARTBEAT_FREQUENCY", 0.01)
 
 
 def run(uri: str, admin: MongoClient[dict[str, Any]], spec: dict[str, Any],
