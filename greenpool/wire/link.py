@@ -80,6 +80,7 @@ from greenpool.wire.messages import (
     decode_reply,
     encode_command,
     encode_query,
+    message_size_limit,
     parse_header,
     parse_reply_header,
 )
@@ -213,7 +214,9 @@ class Link:
 
     @property
     def max_message_size(self) -> int:
-        """The server's ``maxMessageSizeBytes`` (the server's default before the handshake)."""
+        """The largest message sent or accepted: the server's ``maxMessageSizeBytes``
+        (the server's default before the handshake), bounded by
+        :data:`~greenpool.wire.messages.MAX_MESSAGE_SIZE_CEILING`."""
         return self._max_message_size
 
     @property
@@ -274,7 +277,8 @@ class Link:
             self.close()
             raise
         self._hello = reply
-        self._max_message_size = int(reply.get("maxMessageSizeBytes", DEFAULT_MAX_MESSAGE_SIZE))
+        self._max_message_size = message_size_limit(
+            int(reply.get("maxMessageSizeBytes", DEFAULT_MAX_MESSAGE_SIZE)))
         self._compressor = negotiate_compressor(
             options.compressors, reply.get("compression"), zlib_level=options.zlib_compression_level
         )

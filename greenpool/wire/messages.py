@@ -45,6 +45,7 @@ __all__ = [
     "DEFAULT_MAX_MESSAGE_SIZE",
     "EXHAUST_ALLOWED",
     "HEADER_SIZE",
+    "MAX_MESSAGE_SIZE_CEILING",
     "MORE_TO_COME",
     "OP_COMPRESSED",
     "OP_MSG",
@@ -59,6 +60,7 @@ __all__ = [
     "decode_reply",
     "encode_command",
     "encode_query",
+    "message_size_limit",
     "next_request_id",
     "pack_header",
     "parse_header",
@@ -72,6 +74,12 @@ OP_MSG = 2013
 HEADER_SIZE = 16
 #: The server's default ``maxMessageSizeBytes``; use the hello reply's value once known.
 DEFAULT_MAX_MESSAGE_SIZE = 48_000_000
+#: The largest message greenpool sends or accepts, whatever a hello claims: every
+#: MongoDB release advertises 48,000,000 bytes, and a reply holds one document of
+#: at most maxBsonObjectSize (16 MiB) besides its framing. The headroom allows a
+#: compatible server's larger claim; the bound keeps a hostile or broken one from
+#: making one reply cost gigabytes (a compressed reply inflates to at most this).
+MAX_MESSAGE_SIZE_CEILING = 64 * 1024 * 1024
 
 # OP_MSG flag bits. Bits 0-15 are "required": a parser must refuse any it does
 # not know. Bits 16-31 are optional and may be ignored.
@@ -97,6 +105,18 @@ _request_ids = itertools.count()
 def next_request_id() -> int:
     """A fresh requestID: positive, and wrapping within int32."""
     return next(_request_ids) % _INT32_MAX + 1
+
+
+def message_size_limit(claimed: int) -> int:
+    """The maximum message size to use with a server whose hello claims
+    ``claimed`` (its ``maxMessageSizeBytes``): the claim, but never more than
+    :data:`MAX_MESSAGE_SIZE_CEILING`, since a hello's limits are the server's
+    word too.
+
+    >>> message_size_limit(48_000_000), message_size_limit(2**31 - 1)
+    (48000000, 67108864)
+    """
+    return min(claimed, MAX_MESSAGE_SIZE_CEILING)
 
 
 # -- header --------------------------------------------------------------------------------
