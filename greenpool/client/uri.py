@@ -63,8 +63,8 @@ from greenpool.errors import ConfigurationError
 from greenpool.pool.options import PoolOptions
 
 __all__ = [
-    "ClientSettings", "Credentials", "InvalidURIError", "Secret", "parse_uri", "redact_uri",
-    "uri_secrets",
+    "ClientSettings", "Credentials", "InvalidURIError", "Secret", "in_srv_domain", "parse_uri",
+    "redact_uri", "srv_domain", "uri_secrets",
 ]
 
 _SCHEMES: Final = ("mongodb://", "mongodb+srv://")
@@ -645,17 +645,29 @@ def _shown(name: str, value: str) -> str:
     return repr(value)
 
 
-def _check_srv_target(host: str, target: str) -> None:
-    """The seedlist rule: an SRV target lies in the SRV host's domain, that is
-    the host without its first label, or, for a host of one or two labels,
-    below the host itself (the "." before the domain keeps the host out)."""
+def srv_domain(host: str) -> str:
+    """The domain a mongodb+srv:// host's servers must lie in: the host
+    without its first label, or, for a host of one or two labels, the host
+    itself (Initial DNS Seedlist Discovery).
+
+    >>> srv_domain("cluster0.example.com"), srv_domain("mongo.local")
+    ('example.com', 'mongo.local')
+    """
     labels = host.lower().split(".")
-    domain = ".".join(labels[1:]) if len(labels) >= 3 else host.lower()
-    if target.endswith("." + domain):
-        return
-    raise ConfigurationError(
-        f"the SRV record of {host} points to {target}, which is not in {host}'s domain "
-        f"({domain}); a mongodb+srv:// host's servers must be")
+    return ".".join(labels[1:]) if len(labels) >= 3 else host.lower()
+
+
+def in_srv_domain(host: str, target: str) -> bool:
+    """Whether an SRV record of ``host`` may point to ``target``: below
+    :func:`srv_domain` (the "." before the domain keeps the host itself out)."""
+    return target.lower().endswith("." + srv_domain(host))
+
+
+def _check_srv_target(host: str, target: str) -> None:
+    if not in_srv_domain(host, target):
+        raise ConfigurationError(
+            f"the SRV record of {host} points to {target}, which is not in {host}'s domain "
+            f"({srv_domain(host)}); a mongodb+srv:// host's servers must be")
 
 
 # --- 5. the rules across options ------------------------------------------------------
