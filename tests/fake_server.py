@@ -172,6 +172,8 @@ class FakeServer:
     host: str = "127.0.0.1"
     #: Listen on this Unix socket path instead.
     unix_path: str | None = None
+    #: A server-side :class:`ssl.SSLContext`: speak TLS.
+    tls: Any = None
     requests: list[Request] = field(default_factory=list)
     #: The connections the client closed (by number, from 1).
     hangups: list[int] = field(default_factory=list)
@@ -196,7 +198,8 @@ class FakeServer:
             listener.listen(64)
         else:
             listener = (self.host, 0)
-        self._server = StreamServer(listener, self._serve)
+        tls = {"ssl_context": self.tls} if self.tls is not None else {}
+        self._server = StreamServer(listener, self._serve, **tls)
         self._server.start()
 
     def stop(self) -> None:
