@@ -62,8 +62,8 @@ class SrvPoller:
     :param rng: the source of srvMaxHosts' random choice.
 
     Call :meth:`start` once the initial seedlist is in use (the first rescan
-    comes :data:`MIN_RESCAN_INTERVAL` later, as the initial lookup's time to live
-    is not kept) and :meth:`stop` when polling no longer applies. Its sleeps never
+    comes ``min_interval`` later, a minute by default, as the initial lookup's
+    time to live is not kept) and :meth:`stop` when polling no longer applies. Its sleeps never
     keep ``Hub.join()`` waiting; a lookup in flight ends within ``timeout``.
 
     >>> poller = SrvPoller("cluster0.example.com", heartbeat_frequency=10.0,
@@ -130,6 +130,7 @@ class SrvPoller:
 
     @property
     def running(self) -> bool:
+        """Started, and not stopped since."""
         return self._greenlet is not None
 
     def _run(self) -> None:
