@@ -19,7 +19,7 @@ import bson
 import gevent
 import pytest
 from bson.objectid import ObjectId
-from pymongo import MongoClient, ReadPreference, WriteConcern, monitoring
+from pymongo import CursorType, MongoClient, ReadPreference, WriteConcern, monitoring
 from pymongo.errors import (
     AutoReconnect,
     NotPrimaryError,
@@ -502,6 +502,40 @@ def test_greenpool_client_on_one_member(rs: ReplicaSet) -> None:
             secondary.command("test_replset", {"insert": "greenpool", "documents": [{}]})
 
 
+def test_exhaust_cursors_pass_through(rs: ReplicaSet) -> None:
+    with client(rs) as mc:
+        collection = mc.test_replset.exhaust
+        collection.drop()
+        collection.insert_many([{"n": n} for n in range(20)])
+        cursor = collection.find({}, cursor_type=CursorType.EXHAUST, batch_size=3).sort("n")
+        assert [d["n"] for d in cursor] == list(range(20))
+
+
+def test_a_malformed_message_costs_its_connection_only(
+        rs: ReplicaSet, link_to: Callable[[str], Link]) -> None:
+    # A hello whose body is not BSON (an unknown type): the member must read it, and cannot.
+    body = b"\x10\x00\x00\x00\x99hello\x00\x01\x00\x00\x00\x00"
+    message = struct.pack("<iiiii", 21 + len(body), 1, 0, 2013, 0) + b"\x00" + body
+    with socket.create_connection(address(rs.addresses[0]), timeout=30) as sock:
+        sock.sendall(message)
+        assert sock.recv(16) == b""
+    assert link_to(rs.addresses[0]).command("admin", {"ping": 1})["ok"] == 1
+
+
+def test_a_set_in_front_of_a_running_backend(module_set: ReplicaSet) -> None:
+    # Only the member starts; the backend is shared with the module's set, and stays.
+    with ReplicaSet(1, name="solo", backend=module_set.backend_uri[10:-1]) as solo:
+        with MongoClient(solo.uri, serverSelectionTimeoutMS=20000) as mc:
+            mc.test_replset.solo.insert_one({"solo": True})
+        with MongoClient(solo.member_uri(0)) as member:
+            # stepDownSecs passed, the only member runs for election again.
+            member.admin.command("replSetStepDown", 1, secondaryCatchUpPeriodSecs=0)
+        assert solo.primary is None
+        assert solo.wait_for_primary() == solo.addresses[0]
+    with client(module_set) as mc:
+        assert mc.test_replset.solo.find_one({"solo": True})
+
+
 # -- configurations and bad input -------------------------------------------------------
 
 
@@ -538,6 +572,7 @@ def test_passives_arbiters_and_hidden_members(link_to: Callable[[str], Link]) ->
     ({"name": "a/b"}, "'a/b'"),
     ({"ports": [1, 2]}, r"\[1, 2\]"),
     ({"election_delay": -1}, "-1"),
+    ({"backend": "a:b:c"}, "'a:b:c'"),
 ])
 def test_bad_arguments_are_named(arguments: dict[str, Any], named: str) -> None:
     with pytest.raises(ConfigurationError, match=named):

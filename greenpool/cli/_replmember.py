@@ -298,7 +298,7 @@ class ClientConnection(asyncio.Protocol):
     def send(self, data: bytes) -> None:
         if self.member.partitioned:
             self._held.append(data)
-        elif self.transport is not None:
+        elif self.transport is not None and not self.transport.is_closing():
             self.transport.write(data)
 
     def close(self) -> None:
@@ -349,12 +349,18 @@ class ClientConnection(asyncio.Protocol):
             self.paused.add("busy")
             return
         op_code = INT32.unpack_from(message, 12)[0]
-        if op_code == OP_MSG:
-            self._op_msg(message)
-        elif op_code == OP_QUERY:
-            self._op_query(message)
-        else:
-            self._relay(message)
+        try:
+            if op_code == OP_MSG:
+                self._op_msg(message)
+            elif op_code == OP_QUERY:
+                self._op_query(message)
+            else:
+                self._relay(message)
+        except Exception as error:
+            # A message the member cannot read (bad BSON where it must look) costs its
+            # connection, as on mongod, and nothing else.
+            print(f"replica set member: closing a connection: {error!r}", file=sys.stderr)
+            self.close()
 
     def _relay(self, message: bytes) -> None:
         if self.backend is None:

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeAlias
 
+from greenpool.address import Address, format_address, parse_address
 from greenpool.cli.embedded import HOST, EmbeddedServer
 from greenpool.errors import ConfigurationError
 from greenpool.wire.connector import connect
@@ -210,7 +211,10 @@ class ReplicaSet:
     each. The first electable member starts as primary. ``election_delay`` is how long
     the set goes without a primary, once it lost one (a stepdown, a stopped or crashed
     primary), before it elects another; each control can say otherwise. ``ports`` gives
-    each member's port (default: free ones).
+    each member's port (default: free ones). ``backend`` (``"host:port"``) puts the
+    members in front of a SecantusDB that already runs (in its replica set mode, for
+    transactions) instead of starting one: a test suite that starts many sets pays only
+    for the members; the set never stops it.
 
     Members are named by index or address (:data:`MemberRef`). Every control returns
     once each running member has applied the change (and bumped its topologyVersion,
@@ -222,7 +226,7 @@ class ReplicaSet:
 
     def __init__(self, members: int | Sequence[MemberConfig] = 3, *, name: str = "rs0",
                  election_delay: float = 0.0, ports: Sequence[int] = (),
-                 startup_timeout: float = 30.0) -> None:
+                 backend: str | None = None, startup_timeout: float = 30.0) -> None:
         if isinstance(members, bool) or not isinstance(members, int | Sequence):
             raise ConfigurationError(
                 f"members must be a number or a list of MemberConfig, not {members!r}")
@@ -237,6 +241,10 @@ class ReplicaSet:
                 isinstance(p, int) and 0 <= p <= 65535 for p in ports)):
             raise ConfigurationError(
                 f"ports must give one port (0 to 65535) per member, not {ports!r}")
+        try:
+            self._backend_address = None if backend is None else parse_address(backend)
+        except ValueError:
+            raise ConfigurationError(f"backend must be 'host:port', not {backend!r}") from None
         self.name = name
         self.election_delay = _seconds(election_delay, "election_delay")
         self.startup_timeout = startup_timeout
@@ -253,7 +261,7 @@ class ReplicaSet:
         self._set_version = 1
         self._election = 0  # a newer control cancels the election this one scheduled
         self._timer: threading.Timer | None = None
-        self._backend: EmbeddedServer | None = None
+        self._backend: EmbeddedServer | None = None  # the one this set started
         self._limits: dict[str, Any] = {}
         self._serving = False
 
@@ -262,19 +270,25 @@ class ReplicaSet:
     @property
     def uri(self) -> str:
         """The set's connection string: every member a hello lists, and ``replicaSet``."""
+        self._check_ports()
         seeds = [m.address for m in self._members if not m.config.hidden]
         return f"mongodb://{','.join(seeds)}/?replicaSet={self.name}"
 
     def member_uri(self, member: MemberRef) -> str:
         """A connection string for one member alone (``directConnection=true``)."""
+        self._check_ports()
         return f"mongodb://{self._member(member).address}/?directConnection=true"
+
+    def _check_ports(self) -> None:
+        if not all(m.port for m in self._members):
+            raise RuntimeError(f"{self.name} has no ports yet: start it first")
 
     @property
     def backend_uri(self) -> str:
-        """The shared SecantusDB's own connection string (a one-node set, ``secantus``)."""
-        if self._backend is None:
-            raise RuntimeError("the replica set is not running")
-        return self._backend.uri
+        """The shared SecantusDB's own connection string."""
+        if self._backend_address is None:
+            raise RuntimeError(f"{self.name} is not running")
+        return f"mongodb://{format_address(self._backend_address)}/"
 
     @property
     def addresses(self) -> list[str]:
@@ -323,14 +337,16 @@ class ReplicaSet:
 
     def start(self) -> ReplicaSet:
         """Start the backend and every member; returns ``self`` once the set serves."""
-        if self._backend is not None or any(m.process for m in self._members):
-            raise RuntimeError("the replica set is already running")
+        if self._serving or any(m.process for m in self._members):
+            raise RuntimeError(f"{self.name} is already running")
         try:
             # The members start while the backend does; they need it only once they serve.
             for member in self._members:
                 self._spawn(member)
-            self._backend = EmbeddedServer(self.startup_timeout, replica_set=True).start()
-            self._limits = self._backend_limits(self._backend)
+            if self._backend_address is None:
+                self._backend = EmbeddedServer(self.startup_timeout, replica_set=True).start()
+                self._backend_address = (HOST, self._backend.port)
+            self._limits = self._backend_limits(self._backend_address)
             deadline = time.monotonic() + self.startup_timeout
             for member in self._members:
                 self._await_listening(member, deadline)
@@ -361,6 +377,7 @@ class ReplicaSet:
             process.end()
         backend, self._backend = self._backend, None
         if backend is not None:
+            self._backend_address = None
             backend.stop()
 
     def __enter__(self) -> ReplicaSet:
@@ -414,9 +431,7 @@ class ReplicaSet:
             process = self._running(stopped)
             chosen = self._successor(successor)
             delay = None if delay is None else _seconds(delay, "delay")
-            stopped.process = None  # before the kill: its reader sees an intended end
-            process.end()
-            self._take_down(stopped, elect=elect, successor=chosen, delay=delay)
+            self._take_down(stopped, process, elect=elect, successor=chosen, delay=delay)
 
     def start_member(self, member: MemberRef) -> None:
         """Start a stopped member again, on its port, as a secondary (a new processId)."""
@@ -508,13 +523,18 @@ class ReplicaSet:
         member.port = process.port
 
     @staticmethod
-    def _backend_limits(backend: EmbeddedServer) -> dict[str, Any]:
-        link = connect((HOST, backend.port), LinkOptions(connect_timeout=10.0,
-                                                         socket_timeout=10.0))
+    def _backend_limits(backend: Address) -> dict[str, Any]:
+        """The size limits and wire versions the backend reports, which members report."""
+        link = connect(backend, LinkOptions(connect_timeout=10.0, socket_timeout=10.0))
         try:
             hello = link.hello or {}
         finally:
             link.close()
+        missing = [key for key in _LIMITS if key not in hello]
+        if missing:
+            raise ConfigurationError(
+                f"the backend {format_address(backend)} cannot be fronted: its hello has no "
+                f"{', '.join(missing)}")
         return {key: hello[key] for key in _LIMITS}
 
     # -- the control channel -----------------------------------------------------------
@@ -524,7 +544,11 @@ class ReplicaSet:
         stdout = process.popen.stdout
         assert stdout is not None
         for line in stdout:
-            message = json.loads(line)
+            try:
+                message = json.loads(line)
+            except ValueError:
+                print(f"replica set member {member.index}: {line!r}", file=sys.stderr)
+                continue
             if "ack" in message:
                 with self._acks:
                     process.acked = message["ack"]
@@ -551,12 +575,10 @@ class ReplicaSet:
         with self._lock:
             if member.process is not process or not self._serving:
                 return
-            member.process = None
-            status = process.popen.wait()
-            if status:
-                print(f"replica set member {member.address} exited with {status}",
-                      file=sys.stderr)
-            self._take_down(member, elect=True, successor=None, delay=None)
+            self._take_down(member, process, elect=True, successor=None, delay=None)
+        if process.popen.returncode:
+            print(f"replica set member {member.address} exited with "
+                  f"{process.popen.returncode}", file=sys.stderr)
 
     def _push(self) -> None:
         """Send every running member its view, and wait until each has applied it."""
@@ -571,10 +593,10 @@ class ReplicaSet:
         self._await_acks(sent)
 
     def _view(self, member: _Member) -> dict[str, Any]:
-        assert self._backend is not None
+        assert self._backend_address is not None
         return {"set": self.name, "version": self._set_version, "term": self._term,
                 "me": member.address, "lag": member.config.lag,
-                "backend": [HOST, self._backend.port], "limits": self._limits,
+                "backend": list(self._backend_address), "limits": self._limits,
                 "members": [m.entry() for m in self._members]}
 
     def _await_acks(self, sent: list[tuple[_Member, _Process, int]]) -> None:
@@ -603,7 +625,7 @@ class ReplicaSet:
         try:
             with self._lock:
                 if member.process is not process or not self._serving:
-                    return
+                    raise RuntimeError(f"{self.name} is stopping")
                 self._wire_control(member, message)
         except _WireError as refused:
             error = refused.document
@@ -666,13 +688,18 @@ class ReplicaSet:
         if elect:
             self._schedule_election(successor, primary, delay)
 
-    def _take_down(self, member: _Member, *, elect: bool, successor: _Member | None,
-                   delay: float | None) -> None:
+    def _take_down(self, member: _Member, process: _Process, *, elect: bool,
+                   successor: _Member | None, delay: float | None) -> None:
+        """End the member's process: it is down, and a primary is replaced."""
         was_primary = member.state == PRIMARY
-        if was_primary:
-            self._cancel_election()
+        # All before the kill, which may yield: its reader sees an intended end, and a
+        # kill of this greenlet leaves the member's record consistent.
+        member.process = None
         member.state = DOWN
         member.partitioned = False
+        if was_primary:
+            self._cancel_election()
+        process.end()
         self._push()
         if was_primary and elect:
             self._schedule_election(successor, member, delay)
@@ -712,6 +739,14 @@ class ReplicaSet:
             chosen = next((m for m in order if self._electable(m)), None)
         if chosen is not None:
             self._make_primary(chosen)
+            return
+        # As mongod: a member waiting out a stepdown or a freeze runs for election after.
+        now = time.monotonic()
+        candidates = self._members if successor is None else [successor]
+        waits = [m.unelectable_until - now for m in candidates
+                 if self._unelectable(m) is None and m.unelectable_until > now]
+        if waits:
+            self._schedule_election(successor, previous, min(waits))
 
     def _make_primary(self, member: _Member) -> None:
         for other in self._members:
