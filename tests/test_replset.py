@@ -62,6 +62,9 @@ def rs(module_set: ReplicaSet) -> Iterator[ReplicaSet]:
             module_set.set_tags(status.index, {})
     if module_set.primary != module_set.addresses[0]:
         module_set.elect(0)
+    for member in module_set.addresses:
+        with MongoClient(f"mongodb://{member}/?directConnection=true") as mc:
+            mc.admin.command("configureFailPoint", "failCommand", mode="off")
 
 
 def address(text: str) -> tuple[str, int]:
@@ -534,6 +537,73 @@ def test_a_set_in_front_of_a_running_backend(module_set: ReplicaSet) -> None:
         assert solo.wait_for_primary() == solo.addresses[0]
     with client(module_set) as mc:
         assert mc.test_replset.solo.find_one({"solo": True})
+
+
+# -- fail points ------------------------------------------------------------------------
+
+
+def fail_command(member: str, mode: Any, **data: Any) -> None:
+    with MongoClient(f"mongodb://{member}/?directConnection=true") as mc:
+        mc.admin.command("configureFailPoint", "failCommand", mode=mode, data=data)
+
+
+def test_a_hello_fail_point_is_the_members_own(rs: ReplicaSet) -> None:
+    primary, secondary = rs.addresses[0], rs.addresses[1]
+    fail_command(primary, {"times": 1}, failCommands=["hello", "isMaster"], errorCode=91,
+                 appName="failing")
+    failing = LinkOptions(connect_timeout=10.0, app_name="failing")
+    # Another member, another appName: no effect.
+    connect(address(secondary), failing).close()
+    connect(address(primary), OPTIONS).close()
+    with pytest.raises(NotPrimaryError) as refused:  # 91: ShutdownInProgress
+        connect(address(primary), failing)
+    details = refused.value.details
+    assert details is not None and details["code"] == 91
+    assert "topologyVersion" in details  # a state change error
+    connect(address(primary), failing).close()  # {times: 1}: spent
+    fail_command(primary, {"times": 1}, failCommands=["hello"], closeConnection=True,
+                 blockConnection=True, blockTimeMS=50)
+    link = connect(address(primary), OPTIONS)
+    with pytest.raises(AutoReconnect):
+        link.command("admin", {"hello": 1})
+    assert connect(address(primary), OPTIONS).command("admin", {"hello": 1})["ok"] == 1
+
+
+def test_the_rest_of_a_fail_point_is_the_backends(rs: ReplicaSet) -> None:
+    # The backend is shared: a find fail point set through one member acts through all,
+    # for the appName the client gave (each member passes the client's metadata on).
+    fail_command(rs.addresses[0], "alwaysOn", failCommands=["find", "hello", "isMaster"],
+                 errorCode=2, appName="finder")
+    with MongoClient(rs.member_uri(1), appName="finder") as finder, \
+            MongoClient(rs.member_uri(1), appName="other") as other:
+        with pytest.raises(OperationFailure) as refused:
+            finder.test_replset.points.find_one()
+        assert refused.value.code == 2
+        other.test_replset.points.find_one()
+    hello = LinkOptions(connect_timeout=10.0, app_name="finder")
+    connect(address(rs.addresses[1]), hello).close()  # member 1 has no hello fail point
+    with pytest.raises(OperationFailure):
+        connect(address(rs.addresses[0]), hello)
+    fail_command(rs.addresses[0], "off")
+    connect(address(rs.addresses[0]), hello).close()
+    with MongoClient(rs.member_uri(1), appName="finder") as finder:
+        finder.test_replset.points.find_one()
+
+
+def test_pymongo_sees_a_member_whose_hello_fails(rs: ReplicaSet) -> None:
+    # As the SDAM spec's hello-network-error test: the monitor's checks of the primary
+    # fail, the primary is Unknown, then found again.
+    events = AllEvents()
+    with client(rs, events, appName="monitored", heartbeatFrequencyMS=500) as mc:
+        mc.admin.command("ping")
+        awaited_everywhere(events, rs)
+        fail_command(rs.addresses[0], {"times": 2}, failCommands=["hello", "isMaster"],
+                     closeConnection=True, appName="monitored")
+        primary = address(rs.addresses[0])
+        events.until(lambda: any(e.connection_id == primary for e in events.of(
+            monitoring.ServerHeartbeatFailedEvent)), "a failed check of the primary")
+        events.until(lambda: mc.primary == primary, "the primary found again")
+        mc.test_replset.points.insert_one({})
 
 
 # -- configurations and bad input -------------------------------------------------------

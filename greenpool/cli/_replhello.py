@@ -320,6 +320,15 @@ def error_document(error: Error, *, state: State | None = None,
     return reply
 
 
+#: The errors that carry a topologyVersion (SDAM's state change errors), by code.
+STATE_CHANGE_ERRORS = {
+    91: "ShutdownInProgress", 189: "PrimarySteppedDown", 10058: "LegacyNotPrimary",
+    10107: "NotWritablePrimary", 11600: "InterruptedAtShutdown",
+    11602: "InterruptedDueToReplStateChange", 13435: "NotPrimaryNoSecondaryOk",
+    13436: "NotPrimaryOrSecondary",
+}
+
+
 def error_labels(command: Mapping[str, Any], name: bytes) -> tuple[str, ...]:
     """The labels mongod puts on a not-primary error (a retriable error) of ``command``.
 
@@ -367,7 +376,13 @@ def satisfiable(message: bytes, start: int, end: int, data_members: int) -> byte
     assert isinstance(concern, Mapping)
     rewritten = {key: (dict(concern, w="majority") if key == "writeConcern" else value)
                  for key, value in command.items()}
-    body = bson.encode(rewritten)
+    return with_body(message, start, end, rewritten)
+
+
+def with_body(message: bytes, start: int, end: int, document: Mapping[str, Any]) -> bytes:
+    """The OP_MSG ``message`` with ``document`` for its body (at ``message[start:end]``):
+    the same header fields, flags and document sequences; no checksum."""
+    body = bson.encode(document)
     end_of_sections = len(message) - (4 if message[16] & CHECKSUM_PRESENT else 0)
     rest = (INT32.pack(flags(message) & ~CHECKSUM_PRESENT) + message[20:start] + body
             + message[end:end_of_sections])
@@ -378,8 +393,8 @@ def satisfiable(message: bytes, start: int, end: int, data_members: int) -> byte
 # -- awaitable hello -----------------------------------------------------------------------
 
 
-class HelloError(Exception):
-    """A malformed awaitable hello, refused with mongod's code."""
+class CommandError(Exception):
+    """A command refused with mongod's code (a malformed awaitable hello, a bad fail point)."""
 
     def __init__(self, code: int, code_name: str, message: str) -> None:
         super().__init__(message)
@@ -400,45 +415,45 @@ def number(value: object) -> float | None:
 def awaitable(request: Mapping[str, Any]) -> tuple[ObjectId, int, float] | None:
     """The (processId, counter, seconds) an awaitable hello waits on; None for a plain one.
 
-    Raises :class:`HelloError` with mongod's code for a malformed request.
+    Raises :class:`CommandError` with mongod's code for a malformed request.
     """
     has_version = "topologyVersion" in request
     has_wait = "maxAwaitTimeMS" in request
     if not has_version and not has_wait:
         return None
     if has_version != has_wait:
-        raise HelloError(31368, "Location31368",
+        raise CommandError(31368, "Location31368",
                          "A request with a 'topologyVersion' must include 'maxAwaitTimeMS'"
                          if has_version else
                          "A request with 'maxAwaitTimeMS' must include a 'topologyVersion'")
     process_id, counter = _topology_version(request["topologyVersion"])
     wait = number(request["maxAwaitTimeMS"])
     if wait is None:
-        raise HelloError(14, "TypeMismatch", "maxAwaitTimeMS must be a number")
+        raise CommandError(14, "TypeMismatch", "maxAwaitTimeMS must be a number")
     if wait < 0:
-        raise HelloError(31373, "Location31373", "maxAwaitTimeMS must be a non-negative integer")
+        raise CommandError(31373, "Location31373", "maxAwaitTimeMS must be a non-negative integer")
     return process_id, counter, wait / 1000
 
 
 def _topology_version(version: object) -> tuple[ObjectId, int]:
     if not isinstance(version, Mapping):
-        raise HelloError(10065, "Location10065", "topologyVersion must be an object")
+        raise CommandError(10065, "Location10065", "topologyVersion must be an object")
     fields = {"processId", "counter"}
     if missing := sorted(fields - set(version)):
-        raise HelloError(40414, "Location40414", f"topologyVersion is missing {missing[0]!r}")
+        raise CommandError(40414, "Location40414", f"topologyVersion is missing {missing[0]!r}")
     if extra := sorted(set(version) - fields):
-        raise HelloError(40415, "Location40415",
+        raise CommandError(40415, "Location40415",
                          f"topologyVersion has an unknown field {extra[0]!r}")
     process_id, counter = version["processId"], version["counter"]
     if not isinstance(process_id, ObjectId) or not is_int(counter):
-        raise HelloError(14, "TypeMismatch",
+        raise CommandError(14, "TypeMismatch",
                          "topologyVersion needs an ObjectId processId and a long counter")
     if counter < 0:
-        raise HelloError(31372, "Location31372", "topologyVersion counter cannot be negative")
+        raise CommandError(31372, "Location31372", "topologyVersion counter cannot be negative")
     return process_id, int(counter)
 
 
-def higher_counter() -> HelloError:
+def higher_counter() -> CommandError:
     """The error for a topologyVersion ahead of the member's own (same processId)."""
-    return HelloError(31382, "Location31382", "Received a topology version with the same "
+    return CommandError(31382, "Location31382", "Received a topology version with the same "
                       "process ID and a higher counter. This is not supported.")

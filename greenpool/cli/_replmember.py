@@ -51,6 +51,7 @@ import bson
 from bson.objectid import ObjectId
 from bson.raw_bson import RawBSONDocument
 
+from greenpool.cli._replfailpoint import HelloFailPoint, split_fail_command
 from greenpool.cli._replhello import (
     EXHAUST_ALLOWED,
     HELLO,
@@ -59,8 +60,9 @@ from greenpool.cli._replhello import (
     MORE_TO_COME,
     OP_MSG,
     OP_QUERY,
+    STATE_CHANGE_ERRORS,
     WRITES,
-    HelloError,
+    CommandError,
     State,
     awaitable,
     body_span,
@@ -80,6 +82,7 @@ from greenpool.cli._replhello import (
     role_of,
     satisfiable,
     status_document,
+    with_body,
 )
 
 HOST = "127.0.0.1"
@@ -108,6 +111,8 @@ class Member:
         self._reachable.set()
         self._requests: dict[int, asyncio.Future[Mapping[str, Any] | None]] = {}
         self._request_ids = itertools.count(1)
+        #: The hello part of the failCommand fail point, which stays with the member.
+        self.hello_fail_point: HelloFailPoint | None = None
 
     def next_connection_id(self) -> int:
         return next(self._connection_ids)
@@ -216,13 +221,19 @@ class Paused:
 
 
 class BackendLink(asyncio.Protocol):
-    """The backend connection of one client connection: replies go back unparsed."""
+    """The backend connection of one client connection: replies go back unparsed.
 
-    def __init__(self, client: ClientConnection) -> None:
+    It opens with a hello that carries the client's metadata (its reply is dropped), so
+    the backend knows the client's appName, which fail points may filter on.
+    """
+
+    def __init__(self, client: ClientConnection, handshake: bytes | None) -> None:
         self.client = client
         self.transport: asyncio.Transport | None = None
-        self.pending: list[bytes] = []  # written while connecting
+        self.pending = [handshake] if handshake else []  # written while connecting
         self.paused = Paused()
+        # The handshake's reply, until it is whole; then None.
+        self._handshake_reply = bytearray() if handshake else None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -239,6 +250,15 @@ class BackendLink(asyncio.Protocol):
             self.transport.write(data)
 
     def data_received(self, data: bytes) -> None:
+        if self._handshake_reply is not None:
+            reply = self._handshake_reply
+            reply += data
+            if len(reply) < 16 or len(reply) < INT32.unpack_from(reply)[0]:
+                return
+            data = bytes(reply[INT32.unpack_from(reply)[0] :])
+            self._handshake_reply = None
+            if not data:
+                return
         self.client.send(data)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -269,6 +289,14 @@ class ClientConnection(asyncio.Protocol):
         self._held: list[bytes] = []  # what is due to the client while partitioned
         self._queue: deque[bytes] = deque()  # messages behind a local command that waits
         self._task: asyncio.Task[None] | None = None
+        #: The ``client`` document of the connection's first hello.
+        self.client_metadata: Mapping[str, Any] | None = None
+
+    @property
+    def app_name(self) -> str | None:
+        application = (self.client_metadata or {}).get("application")
+        name = application.get("name") if isinstance(application, Mapping) else None
+        return name if isinstance(name, str) else None
 
     # -- transport ---------------------------------------------------------------------
 
@@ -364,7 +392,11 @@ class ClientConnection(asyncio.Protocol):
 
     def _relay(self, message: bytes) -> None:
         if self.backend is None:
-            backend = self.backend = BackendLink(self)
+            handshake = None
+            if self.client_metadata is not None:
+                hello = {"hello": 1, "client": self.client_metadata, "$db": "admin"}
+                handshake = op_msg(hello, 0)[1]
+            backend = self.backend = BackendLink(self, handshake)
             assert self.member.state is not None
             host, port = self.member.state.view["backend"]
             loop = self.member.loop
@@ -386,6 +418,9 @@ class ClientConnection(asyncio.Protocol):
         if name in LOCAL or name.startswith(b"replSet"):
             self._local(message, bson.decode(message[start:end]), name, legacy=False)
             return
+        if name == b"configureFailPoint":
+            self._configure_fail_point(message, start, end)
+            return
         state = self.member.state
         assert state is not None
         if state.role == "PRIMARY":
@@ -406,6 +441,21 @@ class ClientConnection(asyncio.Protocol):
                                    labels=labels)
             self.send(op_msg(reply, request_id(message))[1])
 
+    def _configure_fail_point(self, message: bytes, start: int, end: int) -> None:
+        """Keep the hello part of a failCommand fail point; relay the rest."""
+        command = RawBSONDocument(message[start:end])
+        if command.get("configureFailPoint") != "failCommand":
+            self._relay(message)
+            return
+        try:
+            hello_part, backend_part = split_fail_command(
+                bson.decode(message[start:end]))
+        except CommandError as error:
+            self.send(op_msg(error_document(error.error), request_id(message))[1])
+            return
+        self.member.hello_fail_point = hello_part
+        self._relay(with_body(message, start, end, backend_part))
+
     def _op_query(self, message: bytes) -> None:
         # Some drivers' first hello; any other OP_QUERY is the backend's to refuse.
         command = query_command(message)
@@ -419,8 +469,11 @@ class ClientConnection(asyncio.Protocol):
                legacy: bool) -> None:
         if name == b"shutdown":
             os._exit(0)  # as mongod: the process ends, every connection with it
+        if name in HELLO and self.client_metadata is None and isinstance(
+                command.get("client"), Mapping):
+            self.client_metadata = command["client"]
         handler = LocalCommand(self, message, command, name, legacy)
-        if name in HELLO and not handler.waits():
+        if name in HELLO and not handler.waits() and self.member.hello_fail_point is None:
             handler.hello_now()
             return
         self._task = self.member.loop.create_task(handler.run())
@@ -471,7 +524,10 @@ class LocalCommand:
 
     async def run(self) -> None:
         if self.name in ("hello", "isMaster", "ismaster"):
-            await self.awaitable_hello()
+            try:
+                await self.hello()
+            except CommandError as error:
+                self.reply(error_document(error.error))
             return
         handler = REPL_SET_COMMANDS.get(self.name)
         if handler is None:
@@ -483,27 +539,52 @@ class LocalCommand:
         assert state is not None
         self.reply(await handler(self, state))
 
-    async def awaitable_hello(self) -> None:
-        """Wait for a change or maxAwaitTimeMS; with exhaustAllowed, again and again."""
-        try:
-            awaited = awaitable(self.command)
-            assert awaited is not None
-            process_id, counter, seconds = awaited
-            while True:
-                woken_to = await self.member.wait_for_change(process_id, counter, seconds)
-                # What was true while partitioned is old news once healed.
-                state = self.member.state if await self.member.reachable() else woken_to
-                assert state is not None
-                reply = hello_document(state, self.member.process_id, self.name,
-                                       self.command, self.connection.connection_id)
-                reply_id = self.reply(reply, more_to_come=self.exhaust)
-                if not self.exhaust:
-                    return
-                # The stream goes on as if the client had asked again with what it got.
-                self.request_id, counter = reply_id, state.counter
-                process_id = self.member.process_id
-        except HelloError as error:
-            self.reply(error_document(error.error))
+    async def hello(self) -> None:
+        """A hello the fail point applies to, or an awaitable one: wait for a change or
+        maxAwaitTimeMS; with exhaustAllowed, again and again (each time a new invocation,
+        which the fail point applies to, as on mongod)."""
+        awaited = awaitable(self.command)
+        if awaited is None:
+            if not await self._failed():
+                self.hello_now()
+            return
+        process_id, counter, seconds = awaited
+        while not await self._failed():
+            woken_to = await self.member.wait_for_change(process_id, counter, seconds)
+            # What was true while partitioned is old news once healed.
+            state = self.member.state if await self.member.reachable() else woken_to
+            assert state is not None
+            reply = hello_document(state, self.member.process_id, self.name, self.command,
+                                   self.connection.connection_id)
+            reply_id = self.reply(reply, more_to_come=self.exhaust)
+            if not self.exhaust:
+                return
+            # The stream goes on as if the client had asked again with what it got.
+            self.request_id, counter = reply_id, state.counter
+            process_id = self.member.process_id
+
+    async def _failed(self) -> bool:
+        """Apply the member's hello fail point to this invocation; whether it answered."""
+        point = self.member.hello_fail_point
+        if point is None or not point.hit(self.name, self.connection.app_name):
+            return False
+        if point.spent:
+            self.member.hello_fail_point = None
+        if point.block_seconds:
+            await asyncio.sleep(point.block_seconds)
+        if point.close_connection:
+            self.connection.close()
+            return True
+        if point.error_code is None:
+            return False
+        code = point.error_code
+        state_change = code in STATE_CHANGE_ERRORS
+        error = (code, STATE_CHANGE_ERRORS.get(code, f"Location{code}"),
+                 "Failing command via 'failCommand' failpoint")
+        self.reply(error_document(error, state=self.member.state if state_change else None,
+                                  process_id=self.member.process_id,
+                                  labels=point.error_labels))
+        return True
 
     # -- replSet* ----------------------------------------------------------------------
 

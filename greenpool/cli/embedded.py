@@ -79,8 +79,9 @@ class EmbeddedServer:
     set named ``secantus`` (transactions need it); otherwise the server is a
     standalone. ``auth=("user", "password")`` creates that user (role ``root``)
     and requires SCRAM-SHA-256 authentication; ``tls=True`` serves TLS only, with
-    a certificate authority made for this server (``ca_file``). :attr:`uri`
-    carries what a client needs for all of these::
+    a certificate authority made for this server (``ca_file``);
+    ``test_commands=True`` enables the commands tests use (``configureFailPoint``).
+    :attr:`uri` carries what a client needs for all of these::
 
         with EmbeddedServer(auth=("app", "secret")) as server:
             print(server.uri)   # mongodb://app:secret@127.0.0.1:PORT/?authSource=admin
@@ -92,7 +93,7 @@ class EmbeddedServer:
 
     def __init__(self, startup_timeout: float = 30.0, *, port: int = 0,
                  replica_set: bool = False, auth: tuple[str, str] | None = None,
-                 tls: bool = False) -> None:
+                 tls: bool = False, test_commands: bool = False) -> None:
         if not 0 <= port <= 65535:
             raise ConfigurationError(f"port must be 0 (a free one) to 65535, not {port!r}")
         if auth is not None and (not auth[0] or not auth[1]):
@@ -101,6 +102,7 @@ class EmbeddedServer:
         self.startup_timeout = startup_timeout
         self.port = port
         self.replica_set = replica_set
+        self.test_commands = test_commands
         self.auth = auth
         self.tls = tls
         self._fixed_port = port
@@ -197,6 +199,8 @@ class EmbeddedServer:
                    "--port", str(self.port), "--storage-path", storage]
         if not self.replica_set:
             command.append("--standalone")
+        if self.test_commands:
+            command.append("--enable-test-commands")
         watchdog = Path(__file__).with_name("_serverwatch.py")
         self._watchdog = subprocess.Popen(
             [sys.executable, "-I", str(watchdog), str(scratch), str(self.port),

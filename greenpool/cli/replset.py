@@ -344,7 +344,8 @@ class ReplicaSet:
             for member in self._members:
                 self._spawn(member)
             if self._backend_address is None:
-                self._backend = EmbeddedServer(self.startup_timeout, replica_set=True).start()
+                self._backend = EmbeddedServer(self.startup_timeout, replica_set=True,
+                                               test_commands=True).start()
                 self._backend_address = (HOST, self._backend.port)
             self._limits = self._backend_limits(self._backend_address)
             deadline = time.monotonic() + self.startup_timeout
