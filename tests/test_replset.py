@@ -464,6 +464,22 @@ def test_replset_commands_over_the_wire(rs: ReplicaSet) -> None:
     wait_gone_member(rs, 1)
 
 
+def test_rediscover_quickly_after_step_down(rs: ReplicaSet) -> None:
+    # The SDAM spec's rediscover-quickly-after-step-down scenario, with stock PyMongo.
+    events = AllEvents()
+    with client(rs, events, appname="replSetStepDownTest", heartbeatFrequencyMS=60000,
+                w="majority") as mc:
+        collection = mc["sdam-tests"]["test-replSetStepDown"]
+        collection.insert_many([{"_id": 3}, {"_id": 4}])
+        before = mc.primary
+        mc.admin.command("replSetFreeze", 0, read_preference=ReadPreference.SECONDARY)
+        mc.admin.command("replSetStepDown", 30, secondaryCatchUpPeriodSecs=30, force=False)
+        events.until(lambda: mc.primary not in (None, before), "a new primary")
+        collection.insert_many([{"_id": 5}, {"_id": 6}])
+        assert not events.of(monitoring.PoolClearedEvent)
+        collection.drop()
+
+
 def wait_gone_member(rs: ReplicaSet, index: int) -> None:
     with gevent.Timeout(30, AssertionError(f"member {index} still up: {rs!r}")):
         while rs.status()[index].state != "DOWN":
