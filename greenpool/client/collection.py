@@ -371,7 +371,7 @@ class Collection:
         _add_options(command, None, comment)
         reply = self.send_write(command, session)
         if reply is None:
-            return DeleteResult({}, False)
+            return DeleteResult({"ok": 1}, False)  # what the link answers, as PyMongo's
         _raise_write_error(reply)
         return DeleteResult(reply, True)
 
