@@ -271,11 +271,12 @@ def test_unacknowledged_counts_raise_as_pymongo(clients: Any, counted: str) -> N
     results = []
     for client in clients:
         collection = client["api"].get_collection(unique("w0"), write_concern=WriteConcern(w=0))
-        call = {"inserted_ids": lambda: collection.insert_many([{}]),
-                "matched_count": lambda: collection.update_one({}, {"$set": {"a": 1}}),
-                "deleted_count": lambda: collection.delete_one({}),
-                "inserted_count": lambda: collection.bulk_write([InsertOne({})])}[counted]
-        result = call()
+        calls: dict[str, Callable[[Any], Any]] = {
+            "inserted_ids": lambda c: c.insert_many([{}]),
+            "matched_count": lambda c: c.update_one({}, {"$set": {"a": 1}}),
+            "deleted_count": lambda c: c.delete_one({}),
+            "inserted_count": lambda c: c.bulk_write([InsertOne({})])}
+        result = calls[counted](collection)
         try:
             value = getattr(result, counted)
             # Each client makes its own ObjectIds.
