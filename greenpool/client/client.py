@@ -75,6 +75,7 @@ from greenpool.client.concern import (
 )
 from greenpool.client.cursor import Cursor
 from greenpool.client.database import Database, Defaults
+from greenpool.client.inert import warn_inert_options
 from greenpool.client.operations import Operations
 from greenpool.client.retries import has_write_stage
 from greenpool.client.session import Session
@@ -147,6 +148,7 @@ class Client:
         settings = parse_uri(uri)
         self.settings = settings
         self._defaults = Defaults(settings, codec_keywords)
+        warn_inert_options(settings)
         self.address = _single_address(settings)
         listeners = _check_listeners(event_listeners)
         self._link_options = link_options(settings)
