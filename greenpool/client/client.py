@@ -351,8 +351,8 @@ class Client:
         """
         ops = self._operations
         ops.check_open()
-        session = Session(ops, default_timeout=check_seconds("default_timeout",
-                                                             default_timeout))
+        session = Session(ops, default_timeout=check_seconds("default_timeout", default_timeout),
+                          write_concern=write_concern_field(self._defaults.write_concern))
         ops.session_started(session)
         return session
 
