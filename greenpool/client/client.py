@@ -74,7 +74,7 @@ from greenpool.client.concern import (
     write_concern_field,
 )
 from greenpool.client.cursor import Cursor
-from greenpool.client.database import Database, Defaults
+from greenpool.client.database import CACHED_NAMES, Database, Defaults
 from greenpool.client.inert import warn_inert_options
 from greenpool.client.operations import Operations
 from greenpool.client.retries import has_write_stage
@@ -406,14 +406,20 @@ class Client:
         return self.get_database(self.settings.database or default, **options)
 
     def __getitem__(self, name: str) -> Database:
-        return self.get_database(name)
+        cached = self._defaults.databases
+        database = cached.get(name)
+        if database is None:
+            database = self.get_database(name)
+            if len(cached) < CACHED_NAMES:
+                cached[name] = database
+        return database
 
     def __getattr__(self, name: str) -> Database:
         if name.startswith("_"):
             raise AttributeError(
                 f"Client has no attribute {name!r}; for the database {name!r} use "
                 f"client[{name!r}]")
-        return self.get_database(name)
+        return self[name]
 
     def list_database_names(self, session: Session | None = None,
                             comment: Any = None) -> list[str]:

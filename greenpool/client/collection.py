@@ -177,18 +177,22 @@ class Collection:
 
     @property
     def codec_options(self) -> CodecOptions[Any]:
+        """The codec options its documents are encoded and decoded with."""
         return self._codec_options
 
     @property
     def read_preference(self) -> _ServerMode:
+        """The read preference of its reads."""
         return self._read_preference
 
     @property
     def write_concern(self) -> WriteConcern:
+        """The write concern of its writes."""
         return self._write_concern
 
     @property
     def read_concern(self) -> ReadConcern:
+        """The read concern of its reads."""
         return self._read_concern
 
     def with_options(self, codec_options: CodecOptions[Any] | None = None,
@@ -496,8 +500,14 @@ class Collection:
         is not a document is an ``_id``: ``find_one(oid)``."""
         if filter is not None and not isinstance(filter, Mapping):
             filter = {"_id": filter}
-        cursor = FindCursor(self, filter, *args, **kwargs)
-        command, session = cursor.single_batch_command()
+        if args or kwargs:
+            command, session = FindCursor(self, filter, *args, **kwargs).single_batch_command()
+        else:
+            # The common case, built directly: what FindCursor builds for limit(-1).
+            command, session = self.read_command("find"), None
+            command["filter"] = {} if filter is None else filter
+            command["limit"] = 1
+            command["singleBatch"] = True
         reply = self.read(command, session)
         batch = reply["cursor"]["firstBatch"]
         return batch[0] if batch else None
