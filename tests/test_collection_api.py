@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from bson.codec_options import CodecOptions
+from bson.errors import BSONError
 from bson.son import SON
 from pymongo import (
     ASCENDING,
@@ -78,7 +79,7 @@ def describe(value: Any) -> Any:
 def outcome(scenario: Scenario, collection: Any) -> Any:
     try:
         return ("returned", describe(scenario(collection)))
-    except (PyMongoError, TypeError, ValueError) as error:
+    except (PyMongoError, BSONError, TypeError, ValueError) as error:
         return ("raised", type(error).__name__, getattr(error, "code", None),
                 getattr(error, "details", None))
 
@@ -122,6 +123,12 @@ SCENARIOS: dict[str, Scenario] = {
     "insert_many unordered duplicates": lambda c: c.insert_many(
         [{"_id": 1}, {"_id": 1}, {"_id": 2}, {"_id": 2}, {"_id": 3}], ordered=False),
     "insert_many empty": lambda c: c.insert_many([]),
+    "insert_one too large": lambda c: c.insert_one({"_id": 1, "pad": "x" * (16 * 1024 * 1024)}),
+    "insert_many too large": lambda c: c.insert_many(
+        [{"_id": 1, "pad": "x" * (16 * 1024 * 1024)}]),
+    "insert_one just within": lambda c: [
+        c.insert_one({"_id": 1, "pad": "x" * (16 * 1024 * 1024 - 100)}).inserted_id,
+        len(c.find_one()["pad"])],
     # updates and deletes
     "update_one": seeded(lambda c: c.update_one({"x": 1}, {"$set": {"y": 1}})),
     "update_one no match": seeded(lambda c: c.update_one({"x": 9}, {"$set": {"y": 1}})),

@@ -167,6 +167,7 @@ class Database:
         command = Outgoing()
         command["listCollections"] = 1
         command["cursor"] = {}
+        command.codec_options = self._codec_options
         if filter is not None:
             if not isinstance(filter, Mapping):
                 raise TypeError(f"filter must be a document, not {filter!r}")
