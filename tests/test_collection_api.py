@@ -32,6 +32,7 @@ from pymongo import (
     UpdateOne,
 )
 from pymongo.errors import PyMongoError
+from pymongo.read_concern import ReadConcern
 from pymongo.results import (
     BulkWriteResult,
     DeleteResult,
@@ -383,6 +384,10 @@ def test_databases_and_collections(mongodb_uri: str) -> None:
         changed = orders.with_options(write_concern=WriteConcern(w=1))
         assert changed.write_concern == WriteConcern(w=1)
         assert changed.read_concern.level == "local"
+        # The server's defaults override what the database has (the spec's col3).
+        defaults = client.shop.get_collection("orders", write_concern=WriteConcern(),
+                                              read_concern=ReadConcern())
+        assert defaults.write_concern.is_server_default and defaults.read_concern.level is None
         assert orders["archive"].name == "orders.archive" == orders.archive.name
         with pytest.raises(AttributeError):
             client._nothing  # noqa: B018

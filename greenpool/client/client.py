@@ -67,6 +67,7 @@ from pymongo.write_concern import WriteConcern
 
 from greenpool.address import Address, format_address
 from greenpool.client import readpref
+from greenpool.client.codecs import check_codec_options
 from greenpool.client.commands import CommandPublisher
 from greenpool.client.concern import (
     check_read_concern,
@@ -392,7 +393,8 @@ class Client:
                                          "names none (mongodb://host/DATABASE)")
         defaults = self._defaults
         return Database(self, name, self._operations,
-                        codec_options=codec_options or defaults.codec_options,
+                        codec_options=check_codec_options(codec_options,
+                                                          default=defaults.codec_options),
                         read_preference=(defaults.read_preference if read_preference is None
                                          else readpref.coerce(read_preference)),
                         write_concern=check_write_concern(write_concern,

@@ -202,10 +202,11 @@ class Collection:
         """This collection with some options changed (the others kept)."""
         return Collection(
             self._database, self._name,
-            codec_options=codec_options or self._codec_options,
-            read_preference=read_preference or self._read_preference,
-            write_concern=write_concern or self._write_concern,
-            read_concern=read_concern or self._read_concern)
+            codec_options=self._codec_options if codec_options is None else codec_options,
+            read_preference=(self._read_preference if read_preference is None
+                             else read_preference),
+            write_concern=self._write_concern if write_concern is None else write_concern,
+            read_concern=self._read_concern if read_concern is None else read_concern)
 
     def __getitem__(self, name: str) -> Collection:
         """The sub-collection ``<this name>.<name>``."""
