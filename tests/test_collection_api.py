@@ -240,6 +240,10 @@ SCENARIOS: dict[str, Scenario] = {
     "drop_collection missing": lambda c: c.database.drop_collection(c.name + "_none"),
     "database command": lambda c: c.database.command("count", c.name),
     "database command refused": lambda c: c.database.command("noSuchCommand"),
+    "list_databases": lambda c: [c.insert_one({}).acknowledged, "api" in [
+        each["name"] for each in c.database.client.list_databases()]],
+    "list_database_names": lambda c: [c.insert_one({}).acknowledged,
+                                      "api" in c.database.client.list_database_names()],
 }
 
 

@@ -76,6 +76,7 @@ from greenpool.client.concern import (
 )
 from greenpool.client.cursor import Cursor
 from greenpool.client.database import CACHED_NAMES, Database, Defaults
+from greenpool.client.findcursor import CommandCursor
 from greenpool.client.inert import warn_inert_options
 from greenpool.client.operations import Operations
 from greenpool.client.retries import has_write_stage
@@ -431,6 +432,16 @@ class Client:
             command["comment"] = comment
         reply = self.command("admin", command, session=session)
         return [each["name"] for each in reply["databases"]]
+
+    def list_databases(self, session: Session | None = None, comment: Any = None,
+                       **kwargs: Any) -> CommandCursor:
+        """A cursor over the server's database descriptions (listDatabases's
+        fields, such as ``nameOnly`` or ``filter``, as keywords)."""
+        command: dict[str, Any] = {"listDatabases": 1, **kwargs}
+        if comment is not None:
+            command["comment"] = comment
+        reply = self.command("admin", command, session=session)
+        return CommandCursor(None, iter(reply["databases"]))
 
     def drop_database(self, name_or_database: str | Database,
                       session: Session | None = None, comment: Any = None) -> None:

@@ -300,16 +300,21 @@ class FindCursor:
 class CommandCursor:
     """The documents of a command that opened a cursor (aggregate, list*)."""
 
-    def __init__(self, cursor: Cursor | None) -> None:
-        self._cursor = cursor  # None: the command found nothing (no collection)
+    def __init__(self, cursor: Cursor | None, documents: Iterator[Any] | None = None) -> None:
+        # None: the command found nothing (no collection), or its documents
+        # came whole in its reply (listDatabases): ``documents``.
+        self._cursor = cursor
+        self._documents = documents
 
     def __iter__(self) -> Iterator[Any]:
         return self
 
     def __next__(self) -> Any:
-        if self._cursor is None:
-            raise StopIteration
-        return next(self._cursor)
+        if self._cursor is not None:
+            return next(self._cursor)
+        if self._documents is not None:
+            return next(self._documents)
+        raise StopIteration
 
     next = __next__
 
