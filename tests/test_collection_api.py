@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from bson.codec_options import CodecOptions
 from bson.errors import BSONError
+from bson.raw_bson import RawBSONDocument
 from bson.son import SON
 from pymongo import (
     ASCENDING,
@@ -317,6 +318,7 @@ CODECS: dict[str, dict[str, Any]] = {
     "python legacy uuids": {"uuidRepresentation": "pythonLegacy"},
     "tz_aware": {"tz_aware": True},
     "SON documents": {"document_class": SON},
+    "raw documents": {"document_class": RawBSONDocument, "uuidRepresentation": "standard"},
     "tz_aware with tzinfo": {"tz_aware": True,
                              "tzinfo": datetime.timezone(datetime.timedelta(hours=2))},
 }

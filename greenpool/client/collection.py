@@ -68,6 +68,7 @@ from greenpool.client.findcursor import (
     CommandCursor,
     FindCursor,
     index_document,
+    index_name,
     projection_document,
 )
 from greenpool.client.operations import Operations
@@ -606,10 +607,14 @@ class Collection:
                      **kwargs: Any) -> str:
         """Create an index on ``keys`` (a name, or ``[(name, direction)...]``);
         return its name. Index options (``unique``, ``name``...) as keywords."""
-        options = {key: kwargs.pop(key) for key in ("maxTimeMS", "commitQuorum")
+        options: dict[str, Any] = {key: kwargs.pop(key) for key in ("maxTimeMS", "commitQuorum")
                    if key in kwargs}
-        return self.create_indexes([IndexModel(keys, **kwargs)], session, comment,
-                                   **options)[0]
+        key = index_document(keys)
+        document = dict(kwargs)
+        if document.get("name") is None:
+            document["name"] = index_name(key)
+        document["key"] = key
+        return self._create_indexes([document], session, comment, options)[0]
 
     def create_indexes(self, indexes: Sequence[IndexModel], session: Session | None = None,
                        comment: Any = None, **kwargs: Any) -> list[str]:
@@ -622,9 +627,13 @@ class Collection:
             if not isinstance(index, IndexModel):
                 raise TypeError(f"{index!r} is not a pymongo.operations.IndexModel")
             documents.append(index.document)
+        return self._create_indexes(documents, session, comment, kwargs)
+
+    def _create_indexes(self, documents: list[dict[str, Any]], session: Session | None,
+                        comment: Any, options: Mapping[str, Any]) -> list[str]:
         command = self._write_command("createIndexes")
         command["indexes"] = documents
-        command.update(kwargs)
+        command.update(options)
         if comment is not None:
             command["comment"] = comment
         self.run_write_command(command, session)
@@ -635,8 +644,7 @@ class Collection:
         """Drop an index by name, or by the keys it was created with."""
         name = index_or_name
         if isinstance(index_or_name, list):
-            name = "_".join(f"{key}_{direction}" for key, direction in
-                            index_document(index_or_name).items())
+            name = index_name(index_document(index_or_name))
         if not isinstance(name, str):
             raise TypeError(f"index_or_name must be an index name or a list of "
                             f"(key, direction) pairs, not {index_or_name!r}")

@@ -29,7 +29,7 @@ from greenpool.client.cursor import Cursor
 from greenpool.client.session import Session
 from greenpool.wire.messages import Outgoing
 
-__all__ = ["CollectionLike", "CommandCursor", "FindCursor", "index_document",
+__all__ = ["CollectionLike", "CommandCursor", "FindCursor", "index_document", "index_name",
            "projection_document"]
 
 ASCENDING = 1
@@ -73,6 +73,11 @@ def index_document(keys: Any, direction: Any = None) -> dict[str, Any]:
             raise TypeError(f"each key must be a (field name, direction) pair, not {pair!r}")
         document[pair[0]] = pair[1]
     return document
+
+
+def index_name(keys: Mapping[str, Any]) -> str:
+    """The name the server gives an index on ``keys`` by default: ``x_1_y_-1``."""
+    return "_".join(f"{key}_{direction}" for key, direction in keys.items())
 
 
 def projection_document(projection: Any) -> Mapping[str, Any]:
