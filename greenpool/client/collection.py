@@ -607,8 +607,8 @@ class Collection:
                      **kwargs: Any) -> str:
         """Create an index on ``keys`` (a name, or ``[(name, direction)...]``);
         return its name. Index options (``unique``, ``name``...) as keywords."""
-        options: dict[str, Any] = {key: kwargs.pop(key) for key in ("maxTimeMS", "commitQuorum")
-                   if key in kwargs}
+        options: dict[str, Any] = {
+            key: kwargs.pop(key) for key in ("maxTimeMS", "commitQuorum") if key in kwargs}
         key = index_document(keys)
         document = dict(kwargs)
         if document.get("name") is None:
