@@ -44,7 +44,8 @@ from pymongo.results import (
 from pymongo.write_concern import WriteConcern
 
 import greenpool
-from tests.servers import unique
+from tests.failpoints import failpoint
+from tests.servers import unique, with_options
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -401,3 +402,28 @@ def test_databases_and_collections(mongodb_uri: str) -> None:
             client.get_database("shop", write_concern={"w": 1})  # type: ignore[arg-type]
         with pytest.raises(NotImplementedError):
             bool(orders)
+
+
+WRITE_CONCERN_ERRORS: dict[str, Scenario] = {
+    "insert_one": lambda c: c.insert_one({"_id": 1}),
+    "insert_many": lambda c: c.insert_many([{"_id": 1}, {"_id": 2}]),
+    "update_one": lambda c: c.update_one({"_id": 1}, {"$set": {"a": 1}}, upsert=True),
+    "delete_many": lambda c: c.delete_many({}),
+    "bulk_write": lambda c: c.bulk_write([InsertOne({"_id": 1}), DeleteOne({"_id": 1})]),
+    "find_one_and_update": lambda c: c.find_one_and_update({"_id": 1}, {"$set": {"a": 1}},
+                                                           upsert=True),
+}
+
+
+@pytest.mark.parametrize("name", list(WRITE_CONCERN_ERRORS))
+def test_write_concern_errors_as_pymongo(mongodb_uri: str, name: str) -> None:
+    app = unique("wce")
+    uri = with_options(mongodb_uri, appName=app)
+    failing = {"configureFailPoint": "failCommand", "mode": "alwaysOn",
+               "data": {"failCommands": ["insert", "update", "delete", "findAndModify"],
+                        "appName": app,
+                        "writeConcernError": {"code": 100, "codeName": "UnsatisfiableWriteConcern",
+                                              "errmsg": "Not enough data-bearing nodes"}}}
+    with MongoClient(uri) as stock, greenpool.Client(uri) as ours, failpoint(mongodb_uri, failing):
+        expected, got = run_both((stock, ours), WRITE_CONCERN_ERRORS[name])
+    assert got == expected and expected[0] == "raised"
