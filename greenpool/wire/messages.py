@@ -21,7 +21,8 @@ What must not: sockets and I/O (:mod:`greenpool.wire.link`), the compressors
 themselves (:mod:`greenpool.wire.compression`; OP_COMPRESSED's framing is
 here, its payload is theirs), and what a reply means
 (:mod:`greenpool.wire.replies`). It imports nothing of greenpool but
-:mod:`greenpool.errors` and :mod:`greenpool.wire.compression`.
+:mod:`greenpool.errors`, :mod:`greenpool.wire.compression` and
+:mod:`greenpool._compiled` (mypyc's class options).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from bson.codec_options import DEFAULT_CODEC_OPTIONS, CodecOptions
 from bson.errors import InvalidBSON
 from pymongo.errors import DocumentTooLarge, InvalidName
 
+from greenpool._compiled import mypyc_attr
 from greenpool.errors import ProtocolError, caused_by
 from greenpool.wire.compression import Compressor, decompress, may_compress
 
@@ -279,6 +281,7 @@ def _check_size(name: str, length: int, max_message_size: int) -> None:
 COMMAND_OVERHEAD = 16_382
 
 
+@mypyc_attr(native_class=False)  # compiled, still a dict whose instances take attributes
 class Outgoing(dict[str, Any]):
     """A command document that says how it goes on the wire, for the
     collection API: what :meth:`greenpool.wire.link.Link.command` does with
