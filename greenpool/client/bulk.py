@@ -179,7 +179,9 @@ def check_replacement(replacement: Any) -> None:
 
 
 def check_document(name: str, value: Any) -> None:
-    if not isinstance(value, Mapping):
+    """Refuse a ``value`` that is not a document (a mapping), naming it."""
+    # A dict first: isinstance against the Mapping ABC costs more.
+    if type(value) is not dict and not isinstance(value, Mapping):
         raise TypeError(f"{name} must be a document (a dict or another mapping), "
                         f"not {value!r}")
 

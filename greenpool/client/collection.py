@@ -255,11 +255,14 @@ class Collection:
         command = self._write_command("insert")
         command["ordered"] = True
         command["documents"] = [document]
-        _add_options(command, bypass_document_validation, comment)
+        if bypass_document_validation is not None or comment is not None:
+            _add_options(command, bypass_document_validation, comment)
         reply = self._send_write(command, session)
-        if reply is not None:
+        if reply is None:
+            return InsertOneResult(document.get("_id"), False)
+        if "writeErrors" in reply:
             _raise_write_error(reply)
-        return InsertOneResult(document.get("_id"), reply is not None)
+        return InsertOneResult(document.get("_id"), True)
 
     def insert_many(self, documents: Iterable[Any], ordered: bool = True,
                     bypass_document_validation: bool | None = None,
@@ -335,11 +338,13 @@ class Collection:
         command["updates"] = [statement]
         if let is not None:
             command["let"] = let
-        _add_options(command, bypass_document_validation, comment)
+        if bypass_document_validation is not None or comment is not None:
+            _add_options(command, bypass_document_validation, comment)
         reply = self._send_write(command, session)
         if reply is None:
             return UpdateResult(None, False)
-        _raise_write_error(reply)
+        if "writeErrors" in reply:
+            _raise_write_error(reply)
         result = dict(reply)
         # As PyMongo presents it: updatedExisting, and the upserted _id alone.
         result["updatedExisting"] = bool(result.get("n")) and "upserted" not in result
