@@ -191,3 +191,43 @@ def test_the_server_default_concerns_are_not_sent(server: FakeServer) -> None:
     inserts = sent(server, "insert")
     assert [r.command.get("writeConcern") for r in inserts] == [None, {"w": 1}]
     assert "readConcern" not in sent(server, "find")[0].command
+
+
+# -- write concern errors in bulk writes ------------------------------------------------------
+
+
+MONGOS = {"msg": "isdbgrid"}  # a server that supports retryable writes
+
+
+def concern_error(code: int, *labels: str) -> dict[str, Any]:
+    reply: dict[str, Any] = {"ok": 1.0, "writeConcernError": {"code": code, "errmsg": "wce"}}
+    if labels:
+        reply["errorLabels"] = list(labels)
+    return reply
+
+
+@pytest.mark.parametrize("server", [MONGOS], indirect=True)
+def test_a_batch_with_a_retryable_write_concern_error_is_retried(server: FakeServer) -> None:
+    replies = iter([concern_error(91, "RetryableWriteError"), {"ok": 1.0}])
+
+    def insert(request: Request) -> dict[str, Any]:
+        return {**next(replies), "n": len(request.command["documents"])}
+
+    server.handlers["insert"] = insert
+    with connect(server) as client:
+        result = client.db.c.insert_many([{"_id": 1}, {"_id": 2}])
+    first, retried = sent(server, "insert")
+    assert (first.command["txnNumber"], first.command["lsid"]) == (
+        retried.command["txnNumber"], retried.command["lsid"])
+    assert result.inserted_ids == [1, 2]
+
+
+@pytest.mark.parametrize("server", [{**MONGOS, "maxWriteBatchSize": 1}], indirect=True)
+def test_a_write_concern_error_is_reported_with_the_counts_and_the_bulk_goes_on(
+        server: FakeServer) -> None:
+    server.handlers["insert"] = lambda request: {**concern_error(100), "n": 1}
+    with connect(server) as client, pytest.raises(BulkWriteError) as failed:
+        client.db.c.insert_many([{"_id": 1}, {"_id": 2}])
+    details = failed.value.details
+    assert (details["nInserted"], len(details["writeConcernErrors"])) == (2, 2)
+    assert len(sent(server, "insert")) == 2  # not retried: not labelled

@@ -53,6 +53,7 @@ from pymongo.errors import (
     DocumentTooLarge,
     InvalidOperation,
     OperationFailure,
+    WriteConcernError,
 )
 
 from greenpool.client.codecs import write_reply_options
@@ -283,9 +284,7 @@ def execute(sender: Sender, builder: Builder, *, ordered: bool, acknowledged: bo
     for run in runs:
         for start, stop in _batches(run, limits):
             command = _command(sender, run, start, stop, ordered, options, let)
-            command.raise_write_concern_error = False
-            reply = sender._send_write(command, session)
-            assert reply is not None  # acknowledged
+            reply = _send_batch(sender, command, session)
             concern_error = reply.get("writeConcernError")
             if concern_error and concern_error.get("code") in RETRYABLE_CODES:
                 # The batch may be retried elsewhere: report it at once, as PyMongo does.
@@ -298,6 +297,21 @@ def execute(sender: Sender, builder: Builder, *, ordered: bool, acknowledged: bo
     if result["writeErrors"] or result["writeConcernErrors"]:
         _raise(result)
     return result
+
+
+def _send_batch(sender: Sender, command: Outgoing, session: Any) -> dict[str, Any]:
+    """One acknowledged batch's reply. A writeConcernError raises, so that
+    the collection's write path retries the batch if it is labelled
+    RetryableWriteError, as PyMongo retries one; once it is not retried, the
+    reply that carried it (``command.reply``) is the batch's result."""
+    try:
+        reply = sender._send_write(command, session)
+    except WriteConcernError:
+        if command.reply is None or not command.reply.get("writeConcernError"):
+            raise
+        return command.reply
+    assert reply is not None  # acknowledged
+    return reply
 
 
 def _execute_unacknowledged(sender: Sender, runs: list[_Run], limits: Limits, ordered: bool,

@@ -381,9 +381,8 @@ class Link:
         def read(answering: int, deadline: float | None) -> dict[str, Any]:
             return self._read_decoded(answering, deadline, codec_options)
 
-        reply = self._round_trip(request_id, data, timeout, read)
-        return check_reply(reply, raise_write_concern_error=(
-            command.raise_write_concern_error and not reply.get("writeErrors")))
+        reply = command.reply = self._round_trip(request_id, data, timeout, read)
+        return check_reply(reply, raise_write_concern_error=not reply.get("writeErrors"))
 
     def receive(self, *, timeout: float | None = None) -> dict[str, Any]:
         """Read the next reply of a ``moreToCome`` stream (see :attr:`more_to_come`).

@@ -294,9 +294,10 @@ class Outgoing(dict[str, Any]):
       for command events;
     * ``unacknowledged``: sent with moreToCome (w=0); no reply is read, and
       the link answers ``{"ok": 1}``;
-    * ``raise_write_concern_error``: whether a writeConcernError in a reply
-      without writeErrors raises (a single write, as PyMongo does), or comes
-      back in the reply (a bulk write's batch, whose counts are needed).
+    * ``reply``: set by the link to the last reply it read for the command,
+      so that a caller that caught the reply's error (a writeConcernError,
+      raised when the reply has no writeErrors, as PyMongo raises it) still
+      has its counts (a bulk write's batch).
     """
 
     # Class-level defaults: a command that needs none of these options costs
@@ -305,7 +306,7 @@ class Outgoing(dict[str, Any]):
     sequence: str | None = None
     encoded: Sequence[bytes] = ()
     unacknowledged = False
-    raise_write_concern_error = True
+    reply: dict[str, Any] | None = None
 
 
 def encode_outgoing(
