@@ -133,20 +133,37 @@ class Cursor:
 
     def __next__(self) -> dict[str, Any]:
         with self._exclusive():
-            # Buffered documents come back even after the time is up; only
-            # a getMore needs time (the CSOT spec).
-            deadline = self._deadline
-            fresh = self._mode == ITERATION
-            while not self._buffer:
-                if self._id == 0 or self._closed:
-                    self._release()
-                    raise StopIteration
-                if fresh and deadline is not None:
-                    # Iteration mode: each next() call gets the original limit anew.
-                    deadline = Deadline.after(deadline.limit)
-                    fresh = False
-                self._get_more(deadline)
+            if not self._buffer and not self._fill():
+                raise StopIteration
             return self._buffer.popleft()
+
+    def next_batch(self) -> list[dict[str, Any]]:
+        """Every document buffered now, or, with none buffered, the next
+        batch from the server; an empty list at the end. One call per batch
+        rather than per document: for callers that drain the cursor."""
+        with self._exclusive():
+            if not self._buffer and not self._fill():
+                return []
+            batch = list(self._buffer)
+            self._buffer.clear()
+            return batch
+
+    def _fill(self) -> bool:
+        """Fetch batches until one has documents; False at the end (the
+        pinned connection released). Buffered documents come back even after
+        the time is up; only a getMore needs time (the CSOT spec)."""
+        deadline = self._deadline
+        fresh = self._mode == ITERATION
+        while not self._buffer:
+            if self._id == 0 or self._closed:
+                self._release()
+                return False
+            if fresh and deadline is not None:
+                # Iteration mode: each call gets the original limit anew.
+                deadline = Deadline.after(deadline.limit)
+                fresh = False
+            self._get_more(deadline)
+        return True
 
     def close(self, *, timeout: float | None = None) -> None:
         """Kill the server cursor if it is still open; release the connection.

@@ -19,6 +19,7 @@ Rules. This module sends nothing itself: a FindCursor asks its collection
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterator, Mapping
 from typing import Any, Protocol
 
@@ -121,6 +122,7 @@ class FindCursor:
         self._projection = None if projection is None else projection_document(projection)
         self._session = session
         self._cursor: Cursor | None = None
+        self._batch: deque[Any] = deque()
         self._skip = self._limit = self._batch_size = 0
         self.skip(skip)
         self.limit(limit)
@@ -249,28 +251,25 @@ class FindCursor:
         return self
 
     def __next__(self) -> Any:
-        return next(self._opened())
+        # A batch at a time from the cursor: its per-call work (one greenlet
+        # at a time, timeouts) once per batch, not once per document.
+        batch = self._batch
+        if not batch:
+            batch.extend(self._opened().next_batch())
+            if not batch:
+                raise StopIteration
+        return batch.popleft()
 
     next = __next__
 
     def to_list(self, length: int | None = None) -> list[Any]:
         """The documents left (at most ``length``), in a list."""
-        if length is not None and (not isinstance(length, int) or length < 1):
-            raise ValueError(f"length must be None or an int >= 1, not {length!r}")
-        cursor = self._opened()
-        if length is None:
-            return list(cursor)
-        documents = []
-        for document in cursor:
-            documents.append(document)
-            if len(documents) == length:
-                break
-        return documents
+        return _to_list(self, length)
 
     @property
     def alive(self) -> bool:
         """Whether more documents may come (true before the first read)."""
-        return self._cursor is None or self._cursor.alive
+        return self._cursor is None or bool(self._batch) or self._cursor.alive
 
     @property
     def cursor_id(self) -> int | None:
@@ -288,6 +287,7 @@ class FindCursor:
         """Start again: the next read runs the query anew."""
         self.close()
         self._cursor = None
+        self._batch = deque()
         return self
 
     def close(self) -> None:
@@ -309,30 +309,25 @@ class CommandCursor:
         # None: the command found nothing (no collection), or its documents
         # came whole in its reply (listDatabases): ``documents``.
         self._cursor = cursor
-        self._documents = documents
+        self._batch: deque[Any] = deque(documents or ())
 
     def __iter__(self) -> Iterator[Any]:
         return self
 
     def __next__(self) -> Any:
-        if self._cursor is not None:
-            return next(self._cursor)
-        if self._documents is not None:
-            return next(self._documents)
-        raise StopIteration
+        batch = self._batch  # a batch at a time, as FindCursor reads
+        if not batch:
+            if self._cursor is not None:
+                batch.extend(self._cursor.next_batch())
+            if not batch:
+                raise StopIteration
+        return batch.popleft()
 
     next = __next__
 
     def to_list(self, length: int | None = None) -> list[Any]:
         """The documents left (at most ``length``), in a list."""
-        if length is not None and (not isinstance(length, int) or length < 1):
-            raise ValueError(f"length must be None or an int >= 1, not {length!r}")
-        documents: list[Any] = []
-        for document in self:
-            documents.append(document)
-            if len(documents) == length:
-                break
-        return documents
+        return _to_list(self, length)
 
     def try_next(self) -> Any:
         """The next document, or None when there is none (yet)."""
@@ -340,7 +335,7 @@ class CommandCursor:
 
     @property
     def alive(self) -> bool:
-        return self._cursor is not None and self._cursor.alive
+        return bool(self._batch) or (self._cursor is not None and self._cursor.alive)
 
     @property
     def cursor_id(self) -> int:
@@ -356,3 +351,23 @@ class CommandCursor:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
+
+def _to_list(cursor: FindCursor | CommandCursor, length: int | None) -> list[Any]:
+    """A cursor's documents left (at most ``length``), taken a batch at a time."""
+    if length is not None and (not isinstance(length, int) or isinstance(length, bool)
+                               or length < 1):
+        raise ValueError(f"length must be None or an int >= 1, not {length!r}")
+    documents: list[Any] = []
+    while length is None or len(documents) < length:
+        try:
+            documents.append(next(cursor))
+        except StopIteration:
+            break
+        batch = cursor._batch  # the rest of the batch that next() fetched
+        if length is None:
+            documents.extend(batch)
+            batch.clear()
+        else:
+            while batch and len(documents) < length:
+                documents.append(batch.popleft())
+    return documents
