@@ -58,14 +58,24 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import gevent
+from bson.codec_options import CodecOptions
 from pymongo import monitoring as _m
 from pymongo.errors import AutoReconnect, InvalidOperation, NetworkTimeout
+from pymongo.read_concern import ReadConcern
 from pymongo.read_preferences import _ServerMode
+from pymongo.write_concern import WriteConcern
 
 from greenpool.address import Address, format_address
 from greenpool.client import readpref
 from greenpool.client.commands import CommandPublisher
+from greenpool.client.concern import (
+    check_read_concern,
+    check_write_concern,
+    write_concern_field,
+)
 from greenpool.client.cursor import Cursor
+from greenpool.client.database import Database, Defaults
+from greenpool.client.inert import warn_inert_options
 from greenpool.client.operations import Operations
 from greenpool.client.retries import has_write_stage
 from greenpool.client.session import Session
@@ -116,6 +126,17 @@ class Client:
         checked out for longer, once per checkout (see :class:`greenpool.Pool`).
         greenpool's own setting, never a connection string option.
 
+    :param codec_keywords: PyMongo's codec options for the collection API
+        (``document_class``, ``tz_aware``, ``tzinfo``, ``uuidRepresentation``,
+        ``type_registry``, ``datetime_conversion``,
+        ``unicode_decode_error_handler``; see :mod:`greenpool.client.codecs`).
+
+    The collection API is PyMongo's: ``client["shop"]`` or ``client.shop`` is
+    a :class:`~greenpool.client.database.Database`, whose collections have
+    PyMongo's CRUD methods (:class:`~greenpool.client.collection.Collection`),
+    with the URI's write concern (w, wTimeoutMS, journal), read concern
+    (readConcernLevel) and readPreference.
+
     :raises greenpool.ConfigurationError: a bad URI, or one that asks for
         what this Client does not do (several hosts, a replica set name
         without directConnection, an authentication mechanism other than SCRAM).
@@ -123,9 +144,11 @@ class Client:
 
     def __init__(self, uri: str, *, event_listeners: Iterable[object] = (),
                  acquire_sites: bool | None = None,
-                 long_hold_threshold: float | None = None) -> None:
+                 long_hold_threshold: float | None = None, **codec_keywords: Any) -> None:
         settings = parse_uri(uri)
         self.settings = settings
+        self._defaults = Defaults(settings, codec_keywords)
+        warn_inert_options(settings)
         self.address = _single_address(settings)
         listeners = _check_listeners(event_listeners)
         self._link_options = link_options(settings)
@@ -328,10 +351,90 @@ class Client:
         """
         ops = self._operations
         ops.check_open()
-        session = Session(ops, default_timeout=check_seconds("default_timeout",
-                                                             default_timeout))
+        session = Session(ops, default_timeout=check_seconds("default_timeout", default_timeout),
+                          write_concern=write_concern_field(self._defaults.write_concern))
         ops.session_started(session)
         return session
+
+    # -- the collection API (PyMongo's) -----------------------------------------------------
+
+    @property
+    def codec_options(self) -> CodecOptions[Any]:
+        """The codec options the client's databases inherit."""
+        return self._defaults.codec_options
+
+    @property
+    def read_preference(self) -> _ServerMode:
+        """The read preference the client's databases inherit (the URI's)."""
+        return self._defaults.read_preference
+
+    @property
+    def write_concern(self) -> WriteConcern:
+        """The write concern the client's databases inherit (the URI's)."""
+        return self._defaults.write_concern
+
+    @property
+    def read_concern(self) -> ReadConcern:
+        """The read concern the client's databases inherit (the URI's)."""
+        return self._defaults.read_concern
+
+    def get_database(self, name: str | None = None,
+                     codec_options: CodecOptions[Any] | None = None,
+                     read_preference: ReadPreferenceLike | None = None,
+                     write_concern: WriteConcern | None = None,
+                     read_concern: ReadConcern | None = None) -> Database:
+        """The database ``name`` (the URI's database when None), with the
+        client's options unless given."""
+        if name is None:
+            name = self.settings.database
+            if name is None:
+                raise ConfigurationError("no database name given, and the connection string "
+                                         "names none (mongodb://host/DATABASE)")
+        defaults = self._defaults
+        return Database(self, name, self._operations,
+                        codec_options=codec_options or defaults.codec_options,
+                        read_preference=(defaults.read_preference if read_preference is None
+                                         else readpref.coerce(read_preference)),
+                        write_concern=check_write_concern(write_concern,
+                                                          default=defaults.write_concern),
+                        read_concern=check_read_concern(read_concern,
+                                                        default=defaults.read_concern))
+
+    def get_default_database(self, default: str | None = None,
+                             **options: Any) -> Database:
+        """The URI's database, else ``default``."""
+        return self.get_database(self.settings.database or default, **options)
+
+    def __getitem__(self, name: str) -> Database:
+        return self.get_database(name)
+
+    def __getattr__(self, name: str) -> Database:
+        if name.startswith("_"):
+            raise AttributeError(
+                f"Client has no attribute {name!r}; for the database {name!r} use "
+                f"client[{name!r}]")
+        return self.get_database(name)
+
+    def list_database_names(self, session: Session | None = None,
+                            comment: Any = None) -> list[str]:
+        """The names of the server's databases."""
+        command: dict[str, Any] = {"listDatabases": 1, "nameOnly": True}
+        if comment is not None:
+            command["comment"] = comment
+        reply = self.command("admin", command, session=session)
+        return [each["name"] for each in reply["databases"]]
+
+    def drop_database(self, name_or_database: str | Database,
+                      session: Session | None = None, comment: Any = None) -> None:
+        """Drop a database, with the client's write concern."""
+        name = (name_or_database.name if isinstance(name_or_database, Database)
+                else name_or_database)
+        if not isinstance(name, str):
+            raise TypeError(f"name_or_database must be a database name or a Database, "
+                            f"not {name_or_database!r}")
+        self.get_database(name).command(
+            _with_write_concern({"dropDatabase": 1}, self._defaults.write_concern, session),
+            session=session, comment=comment)
 
     # -- closing --------------------------------------------------------------------------
 
@@ -529,6 +632,14 @@ def _check_listeners(listeners: Iterable[object]) -> list[object]:
 def _may_use_secondary(command: Mapping[str, Any]) -> bool:
     name = next(iter(command))
     return name == "find" or (name == "aggregate" and not has_write_stage(command))
+
+
+def _with_write_concern(command: dict[str, Any], write_concern: WriteConcern,
+                        session: Session | None) -> dict[str, Any]:
+    field = write_concern_field(write_concern)
+    if field is not None and not (session is not None and session.in_transaction):
+        command["writeConcern"] = field
+    return command
 
 
 def _check_retry(retry: object) -> None:

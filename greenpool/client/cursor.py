@@ -50,6 +50,7 @@ from pymongo.read_preferences import _ServerMode
 from greenpool.client.retries import has_write_stage
 from greenpool.client.timeouts import Deadline, check_seconds
 from greenpool.pool.connection import Connection, Purpose
+from greenpool.wire.messages import Outgoing
 
 if TYPE_CHECKING:
     from greenpool.client.operations import Operations, ServerSession
@@ -94,6 +95,9 @@ class Cursor:
         #: Whether a command of this cursor failed other than by the server's
         #: refusal (network error, kill): its implicit session is not reused.
         self._lsid_dirty = False
+        #: The opening command's codec options, which its getMores' replies
+        #: decode with too (the collection API's; None: the default).
+        self._codec_options = command.codec_options if type(command) is Outgoing else None
         deadline = operations.deadline(timeout, session)
         self._mode = _timeout_mode(command, timeout_mode, deadline)
         #: The deadline of the cursor's lifetime (cursorLifetime mode), or the
@@ -235,6 +239,9 @@ class Cursor:
 
     def _get_more(self, deadline: Deadline | None) -> None:
         command: dict[str, Any] = {"getMore": self._id, "collection": self._collection}
+        if self._codec_options is not None:
+            command = Outgoing(command)
+            command.codec_options = self._codec_options
         if self._batch_size:
             command["batchSize"] = self._batch_size
         try:

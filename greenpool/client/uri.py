@@ -15,8 +15,9 @@ A connection string is read in this module's order:
 3. each option through the option table (:data:`_OPTIONS`), which converts the
    value and says what it accepts. Option names are case-insensitive. A bad
    value of a known option, and an unknown option, are warned about and
-   ignored, as the URI Options spec says; a bad credential or TLS file option
-   raises, since going on without it would connect differently;
+   ignored, as the URI Options spec says; a bad credential, TLS file, read or
+   write concern option raises, since going on without it would connect, read
+   or write differently;
 4. for ``mongodb+srv://``, the SRV and TXT records (looked up through
    :mod:`greenpool.client.dns`) and the seedlist rules;
 5. the rules across options (:func:`_check_combinations`);
@@ -451,10 +452,13 @@ _OPTIONS: Final = _table(
                                       "secondaryPreferred", "nearest")),
     _Option("readPreferenceTags", _tag_set, repeats=True),
     _Option("maxStalenessSeconds", _max_staleness),
-    _Option("readConcernLevel", _nonempty("a read concern level")),
-    _Option("w", _write_concern),
-    _Option("wTimeoutMS", _integer(0)),
-    _Option("journal", _boolean),
+    # A bad read or write concern raises: going on without it would read or
+    # acknowledge writes other than as asked (the Read and Write Concern spec
+    # calls such a connection string invalid).
+    _Option("readConcernLevel", _nonempty("a read concern level"), strict=True),
+    _Option("w", _write_concern, strict=True),
+    _Option("wTimeoutMS", _integer(0), strict=True),
+    _Option("journal", _boolean, strict=True),
     _Option("uuidRepresentation", _choice("unspecified", "standard", "pythonLegacy",
                                           "javaLegacy", "csharpLegacy")),
     # Authentication
@@ -709,6 +713,9 @@ def _check_combinations(
     if value("srvmaxhosts", 0) > 0 and given("replicaset"):
         fail(f"{written('srvmaxhosts')} cannot be given with {written('replicaset')} "
              "(srvMaxHosts=0 can)")
+    if value("w") == 0 and value("journal"):
+        fail(f"{written('w')} and {written('journal')} conflict: an unacknowledged write "
+             "(w=0) cannot wait for the journal")
     mode = value("readpreference", "primary")
     tags = [t for t in value("readpreferencetags", ()) if t]
     if mode == "primary" and (tags or value("maxstalenessseconds", -1) != -1):

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import itertools
 import struct
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,10 +54,12 @@ __all__ = [
     "LegacyReply",
     "Message",
     "MessageHeader",
+    "Outgoing",
     "check_database_name",
     "decode_message",
     "decode_reply",
     "encode_command",
+    "encode_outgoing",
     "encode_query",
     "next_request_id",
     "pack_header",
@@ -268,6 +270,71 @@ def _check_size(name: str, length: int, max_message_size: int) -> None:
         raise DocumentTooLarge(
             f"command {name!r} is {length} bytes, over the maximum message size {max_message_size}"
         )
+
+
+# -- OP_MSG with options: codecs, a document sequence, no reply --------------------------
+
+
+class Outgoing(dict[str, Any]):
+    """A command document that says how it goes on the wire, for the
+    collection API: what :meth:`greenpool.wire.link.Link.command` does with
+    a plain ``dict`` (the command API's path) it does here with
+    ``codec_options`` (encoding the command, decoding the reply), and
+
+    * ``sequence``: the field (``documents``, ``updates``, ``deletes``) whose
+      documents go as an OP_MSG document sequence (payload type 1), already
+      encoded (``encoded``); the field itself keeps the documents as given,
+      for command events;
+    * ``unacknowledged``: sent with moreToCome (w=0); no reply is read, and
+      the link answers ``{"ok": 1}``;
+    * ``raise_write_concern_error``: whether a writeConcernError in a reply
+      without writeErrors raises (a single write, as PyMongo does), or comes
+      back in the reply (a bulk write's batch, whose counts are needed).
+    """
+
+    # Class-level defaults: a command that needs none of these options costs
+    # no more to make than a dict (instances set only what differs).
+    codec_options: CodecOptions[Any] = DEFAULT_CODEC_OPTIONS
+    sequence: str | None = None
+    encoded: Sequence[bytes] = ()
+    unacknowledged = False
+    raise_write_concern_error = True
+
+
+def encode_outgoing(
+    command: Outgoing,
+    db: str,
+    *,
+    request_id: int | None = None,
+    compressor: Compressor | None = None,
+    max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+) -> tuple[int, bytes]:
+    """Encode ``command`` as one OP_MSG as its options say (see
+    :class:`Outgoing`): the body with the command's codec options, then its
+    document sequence if it has one; moreToCome if unacknowledged. Size,
+    compression and errors are as for :func:`encode_command`."""
+    if not command:
+        raise ValueError("a command needs at least one field: its name")
+    name = next(iter(command))
+    field = command.sequence
+    body_fields = {key: value for key, value in command.items() if key != field}
+    body_fields["$db"] = db
+    parts = [_UINT32.pack(MORE_TO_COME if command.unacknowledged else 0), b"\x00",
+             bson.encode(body_fields, codec_options=command.codec_options)]
+    if field is not None:
+        identifier = field.encode() + b"\x00"
+        payload = b"".join(command.encoded)
+        parts += [b"\x01", _INT32.pack(_INT32.size + len(identifier) + len(payload)),
+                  identifier, payload]
+    body = b"".join(parts)
+    _check_size(name, HEADER_SIZE + len(body), max_message_size)
+    if request_id is None:
+        request_id = next_request_id()
+    if compressor is None or not may_compress(name):
+        return request_id, pack_header(HEADER_SIZE + len(body), request_id, 0, OP_MSG) + body
+    message = _wrap(OP_MSG, body, compressor, request_id)
+    _check_size(name, len(message), max_message_size)
+    return request_id, message
 
 
 def decode_message(
