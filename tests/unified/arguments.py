@@ -72,6 +72,7 @@ KEYWORDS: dict[str, dict[str, str]] = {
     "database.dropCollection": {**_SESSION, **_COMMENT, "collection": "name_or_collection"},
     "database.listCollections": {**_SESSION, **_COMMENT, "filter": "filter"},
     "database.listCollectionNames": {**_SESSION, **_COMMENT, "filter": "filter"},
+    "database.listCollectionObjects": {**_SESSION, **_COMMENT, "filter": "filter"},
     # Collection
     "collection.aggregate": {**_SESSION, **_COMMENT, "pipeline": "pipeline", "let": "let",
                              "allowDiskUse": "allowDiskUse", "batchSize": "batchSize",

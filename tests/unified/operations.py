@@ -24,6 +24,8 @@ _CALLS: dict[str, tuple[str, bool]] = {
     "database.dropCollection": ("drop_collection", False),
     "database.listCollections": ("list_collections", True),
     "database.listCollectionNames": ("list_collection_names", False),
+    # For a driver with one way to list collections, listCollectionObjects is that way.
+    "database.listCollectionObjects": ("list_collections", True),
     "collection.aggregate": ("aggregate", True),
     "collection.bulkWrite": ("bulk_write", False),
     "collection.countDocuments": ("count_documents", False),
