@@ -50,6 +50,18 @@ CSOT_DIR = SPEC_DIR / "client-side-operations-timeout" / "tests"
 _server_busy_until = 0.0
 
 
+def server_busy_until() -> float:
+    """Until when (``time.monotonic()``) a command a fail point held may still run."""
+    return _server_busy_until
+
+
+def server_may_be_busy(began: float, block_ms: float) -> None:
+    """A command sent after ``began`` may be held ``block_ms`` (and a little more for the
+    server's own work)."""
+    global _server_busy_until
+    _server_busy_until = max(_server_busy_until, began + block_ms / 1000 + 0.05)
+
+
 class NotApplicable(Exception):
     """The test needs something greenpool's Client does not offer."""
 
@@ -95,7 +107,7 @@ class Runner:
     block_times: list[int] = field(default_factory=list)
 
     def run(self, spec: Mapping[str, Any], test: Mapping[str, Any]) -> None:
-        gevent.sleep(max(0.0, _server_busy_until - time.monotonic()))
+        gevent.sleep(max(0.0, server_busy_until() - time.monotonic()))
         run_test(self, spec, test)
 
     # -- setup and teardown ---------------------------------------------------------------
@@ -211,11 +223,7 @@ class Runner:
         return result
 
     def _server_may_be_busy(self, began: float) -> None:
-        # A command the operation sent after ``began`` may be held that long
-        # (and a little more for the server's own work).
-        global _server_busy_until
-        block = max(self.block_times, default=0) / 1000
-        _server_busy_until = max(_server_busy_until, began + block + 0.05)
+        server_may_be_busy(began, max(self.block_times, default=0))
 
     # testRunner
 

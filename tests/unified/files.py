@@ -13,7 +13,7 @@ from bson.json_util import JSONOptions
 
 #: The newest schema version this runner reads (major 1; the format's version at the
 #: spec commit of tests/spec_files.py).
-SCHEMA_VERSION = (1, 21)
+SCHEMA_VERSION = (1, 28)
 
 # Test files are relaxed or canonical Extended JSON; UUIDs in them are standard ones.
 _JSON_OPTIONS = JSONOptions(document_class=dict,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterable, Mapping
+from contextlib import AbstractContextManager
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
@@ -39,6 +40,9 @@ from tests.unified_match import (
 
 #: ``make_client(uri, event_listeners=[...])``: a client of the API under test.
 ClientFactory = Callable[..., Any]
+#: ``timeout(seconds)``: the library's block that bounds the operations in it
+#: (``pymongo.timeout``, ``greenpool.timeout``); 0 means no limit.
+TimeoutBlock = Callable[[float], AbstractContextManager[Any]]
 
 
 class NotApplicable(Exception):
@@ -60,10 +64,13 @@ _SAVED_KINDS = {"createFindCursor": "cursor", "createCollection": "collection"}
 
 class Runner:
     """Runs tests on clients from ``make_client``, against the server at ``uri``
-    (``deployment`` is that server, with the runner's own PyMongo client)."""
+    (``deployment`` is that server, with the runner's own PyMongo client). An operation's
+    ``timeoutMS`` runs it inside ``timeout``, the client library's timeout block."""
 
-    def __init__(self, make_client: ClientFactory, uri: str, deployment: Deployment) -> None:
+    def __init__(self, make_client: ClientFactory, uri: str, deployment: Deployment, *,
+                 timeout: TimeoutBlock | None = None) -> None:
         self.make_client = make_client
+        self.timeout = timeout
         self.uri = uri
         self.deployment = deployment
         self.admin: MongoClient[dict[str, Any]] = deployment.admin
@@ -121,19 +128,29 @@ class Runner:
 
     def close(self) -> None:
         """Threads stopped, cursors closed, sessions ended, clients closed, fail points
-        off, open transactions killed: whatever the test did, nothing outlives it."""
+        off, open transactions killed: whatever the test did, nothing outlives it. Every
+        step runs; then the first error that is not the server's (a method the entity
+        lacks, say) is raised."""
+        errors: list[Exception] = []
         for greenlets in self.threads.values():
             gevent.killall(greenlets)
-        for kind in ("cursor", "session", "client"):
+        for kind, method in (("cursor", "close"), ("session", "end_session"),
+                             ("client", "close")):
             for name, entity in self.entities.items():
                 if self.kinds.get(name) == kind:
-                    with contextlib.suppress(PyMongoError):
-                        getattr(entity, {"session": "end_session"}.get(kind, "close"))()
+                    try:
+                        getattr(entity, method)()
+                    except PyMongoError:
+                        pass  # the test is over; the server's answer does not matter
+                    except Exception as error:  # reported once everything is closed
+                        errors.append(error)
         self.entities.clear()
         self.disable_fail_points()
         if self.transactions:
             with contextlib.suppress(OperationFailure):
                 self.admin.admin.command({"killAllSessions": []})
+        if errors:
+            raise errors[0]
 
     def disable_fail_points(self) -> None:
         failpoints, self.failpoints = self.failpoints, []
@@ -237,6 +254,13 @@ class Runner:
         given = dict(operation.get("arguments") or {})
         if name in ("startTransaction", "withTransaction"):
             self.transactions = True
+        if "timeoutMS" in given:
+            assert self.timeout is not None, "timeoutMS needs the library's timeout block"
+            with self.timeout(given.pop("timeoutMS") / 1000):
+                return self._dispatch(entity, kind, name, given)
+        return self._dispatch(entity, kind, name, given)
+
+    def _dispatch(self, entity: Any, kind: str, name: str, given: dict[str, Any]) -> Any:
         if kind == "session" and name == "withTransaction":
             return self._with_transaction(entity, given)
         if kind == "cursor" and name == "iterateUntilDocumentOrError":
