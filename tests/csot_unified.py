@@ -1,16 +1,15 @@
-"""A mini runner for the unified test format: the subset the Client-Side
-Operations Timeout spec tests (``client-side-operations-timeout/tests``) use,
-against ``greenpool.Client`` and SecantusDB (its one-node replica set, for
-transactions).
+"""A mini runner for the unified test format: the Client-Side Operations Timeout spec
+tests (``client-side-operations-timeout/tests``) whose time limits PyMongo's API does not
+express (test_csot_spec.py's ``command_runner_reason`` says which; the others run on the
+collection API, through tests/unified/), against ``greenpool.Client`` and SecantusDB
+(its one-node replica set, for transactions). tests/retryable_unified.py builds on it.
 
-greenpool's Client has no database or collection objects: a database or
-collection entity is the names plus the timeoutMS it was given, and an
-operation on it is the command a driver sends for it (``insertOne`` is an
-``insert``, ``countDocuments`` an ``aggregate``...), run with ``timeout=``
-from the most specific level that sets one, which is what the levels mean.
-Operations greenpool does not offer (GridFS, change streams, bulkWrite,
-retries...) raise :class:`NotApplicable`; test_csot_spec.py lists them by
-file with the reason, and a test that needs one is skipped saying which.
+A database or collection entity is the names plus the timeoutMS it was given, and an
+operation on it is the command a driver sends for it (``insertOne`` is an ``insert``,
+``countDocuments`` an ``aggregate``...), run with ``timeout=`` from the most specific
+level that sets one, which is what the levels mean. Operations greenpool does not offer
+(GridFS, change streams...) raise :class:`NotApplicable`; test_csot_spec.py lists them
+by file with the reason, and a test that needs one is skipped saying which.
 """
 
 from __future__ import annotations
