@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 from bson.codec_options import CodecOptions
+from bson.errors import BSONError
+from bson.raw_bson import RawBSONDocument
 from bson.son import SON
 from pymongo import (
     ASCENDING,
@@ -31,6 +33,7 @@ from pymongo import (
     UpdateOne,
 )
 from pymongo.errors import PyMongoError
+from pymongo.read_concern import ReadConcern
 from pymongo.results import (
     BulkWriteResult,
     DeleteResult,
@@ -41,7 +44,8 @@ from pymongo.results import (
 from pymongo.write_concern import WriteConcern
 
 import greenpool
-from tests.servers import unique
+from tests.failpoints import failpoint
+from tests.servers import unique, with_options
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -78,7 +82,7 @@ def describe(value: Any) -> Any:
 def outcome(scenario: Scenario, collection: Any) -> Any:
     try:
         return ("returned", describe(scenario(collection)))
-    except (PyMongoError, TypeError, ValueError) as error:
+    except (PyMongoError, BSONError, TypeError, ValueError) as error:
         return ("raised", type(error).__name__, getattr(error, "code", None),
                 getattr(error, "details", None))
 
@@ -122,6 +126,12 @@ SCENARIOS: dict[str, Scenario] = {
     "insert_many unordered duplicates": lambda c: c.insert_many(
         [{"_id": 1}, {"_id": 1}, {"_id": 2}, {"_id": 2}, {"_id": 3}], ordered=False),
     "insert_many empty": lambda c: c.insert_many([]),
+    "insert_one too large": lambda c: c.insert_one({"_id": 1, "pad": "x" * (16 * 1024 * 1024)}),
+    "insert_many too large": lambda c: c.insert_many(
+        [{"_id": 1, "pad": "x" * (16 * 1024 * 1024)}]),
+    "insert_one just within": lambda c: [
+        c.insert_one({"_id": 1, "pad": "x" * (16 * 1024 * 1024 - 100)}).inserted_id,
+        len(c.find_one()["pad"])],
     # updates and deletes
     "update_one": seeded(lambda c: c.update_one({"x": 1}, {"$set": {"y": 1}})),
     "update_one no match": seeded(lambda c: c.update_one({"x": 9}, {"$set": {"y": 1}})),
@@ -232,6 +242,10 @@ SCENARIOS: dict[str, Scenario] = {
     "drop_collection missing": lambda c: c.database.drop_collection(c.name + "_none"),
     "database command": lambda c: c.database.command("count", c.name),
     "database command refused": lambda c: c.database.command("noSuchCommand"),
+    "list_databases": lambda c: [c.insert_one({}).acknowledged, "api" in [
+        each["name"] for each in c.database.client.list_databases()]],
+    "list_database_names": lambda c: [c.insert_one({}).acknowledged,
+                                      "api" in c.database.client.list_database_names()],
 }
 
 
@@ -305,6 +319,7 @@ CODECS: dict[str, dict[str, Any]] = {
     "python legacy uuids": {"uuidRepresentation": "pythonLegacy"},
     "tz_aware": {"tz_aware": True},
     "SON documents": {"document_class": SON},
+    "raw documents": {"document_class": RawBSONDocument, "uuidRepresentation": "standard"},
     "tz_aware with tzinfo": {"tz_aware": True,
                              "tzinfo": datetime.timezone(datetime.timedelta(hours=2))},
 }
@@ -376,6 +391,10 @@ def test_databases_and_collections(mongodb_uri: str) -> None:
         changed = orders.with_options(write_concern=WriteConcern(w=1))
         assert changed.write_concern == WriteConcern(w=1)
         assert changed.read_concern.level == "local"
+        # The server's defaults override what the database has (the spec's col3).
+        defaults = client.shop.get_collection("orders", write_concern=WriteConcern(),
+                                              read_concern=ReadConcern())
+        assert defaults.write_concern.is_server_default and defaults.read_concern.level is None
         assert orders["archive"].name == "orders.archive" == orders.archive.name
         with pytest.raises(AttributeError):
             client._nothing  # noqa: B018
@@ -383,3 +402,28 @@ def test_databases_and_collections(mongodb_uri: str) -> None:
             client.get_database("shop", write_concern={"w": 1})  # type: ignore[arg-type]
         with pytest.raises(NotImplementedError):
             bool(orders)
+
+
+WRITE_CONCERN_ERRORS: dict[str, Scenario] = {
+    "insert_one": lambda c: c.insert_one({"_id": 1}),
+    "insert_many": lambda c: c.insert_many([{"_id": 1}, {"_id": 2}]),
+    "update_one": lambda c: c.update_one({"_id": 1}, {"$set": {"a": 1}}, upsert=True),
+    "delete_many": lambda c: c.delete_many({}),
+    "bulk_write": lambda c: c.bulk_write([InsertOne({"_id": 1}), DeleteOne({"_id": 1})]),
+    "find_one_and_update": lambda c: c.find_one_and_update({"_id": 1}, {"$set": {"a": 1}},
+                                                           upsert=True),
+}
+
+
+@pytest.mark.parametrize("name", list(WRITE_CONCERN_ERRORS))
+def test_write_concern_errors_as_pymongo(mongodb_uri: str, name: str) -> None:
+    app = unique("wce")
+    uri = with_options(mongodb_uri, appName=app)
+    failing = {"configureFailPoint": "failCommand", "mode": "alwaysOn",
+               "data": {"failCommands": ["insert", "update", "delete", "findAndModify"],
+                        "appName": app,
+                        "writeConcernError": {"code": 100, "codeName": "UnsatisfiableWriteConcern",
+                                              "errmsg": "Not enough data-bearing nodes"}}}
+    with MongoClient(uri) as stock, greenpool.Client(uri) as ours, failpoint(mongodb_uri, failing):
+        expected, got = run_both((stock, ours), WRITE_CONCERN_ERRORS[name])
+    assert got == expected and expected[0] == "raised"

@@ -80,15 +80,28 @@ def test_batches_are_cut_by_max_message_size(server: FakeServer) -> None:
 
 
 @pytest.mark.parametrize("server", [{"maxBsonObjectSize": 1_000}], indirect=True)
-def test_a_document_over_the_limit_is_refused_before_anything_is_sent(
+def test_unacknowledged_a_document_over_the_limit_is_refused_before_anything_is_sent(
         server: FakeServer) -> None:
-    with connect(server) as client:
+    with connect(server, "&w=0") as client:
         with pytest.raises(DocumentTooLarge):
             client.db.c.insert_many([{"_id": 1}, {"_id": 2, "pad": "x" * 1_000}])
         with pytest.raises(DocumentTooLarge):
             client.db.c.bulk_write([InsertOne({"_id": 3}),
-                                    InsertOne({"_id": 4, "pad": "x" * 1_000})])
+                                    InsertOne({"_id": 4, "pad": "x" * 1_000})],
+                                   ordered=False)
     assert sent(server, "insert") == []
+
+
+@pytest.mark.parametrize("server", [{"maxBsonObjectSize": 1_000,
+                                     "maxMessageSizeBytes": 16_382 + 2_000}], indirect=True)
+def test_acknowledged_the_server_judges_a_large_document_but_not_an_unsendable_one(
+        server: FakeServer) -> None:
+    with connect(server) as client:
+        client.db.c.insert_many([{"_id": 1}, {"_id": 2, "pad": "x" * 1_000}])
+        assert [len(r.command["documents"]) for r in sent(server, "insert")] == [2]
+        with pytest.raises(DocumentTooLarge):
+            client.db.c.insert_many([{"_id": 3}, {"_id": 4, "pad": "x" * 2_000}])
+    assert len(sent(server, "insert")) == 1  # nothing more
 
 
 @pytest.mark.parametrize("server", [{"maxWriteBatchSize": 2}], indirect=True)

@@ -39,6 +39,8 @@ SPEC_MODULES = {
                                "PyMongo and greenpool.Client)",
     "tests/test_cmap_logging.py": "CMAP logging (unified format) and prose tests",
     "tests/test_sdam_logging.py": "SDAM Logging and Monitoring (load-balanced, unified format)",
+    "tests/test_read_write_concern_spec.py": "Read and Write Concern (connection-string and "
+                                             "document files)",
 }
 
 

@@ -12,8 +12,11 @@ which add themselves to a :class:`Builder`). It runs as the Bulk API does:
   encoded once, with the collection's codec options, and cut into commands
   of at most maxWriteBatchSize statements and maxMessageSizeBytes bytes,
   read from a connection's ``hello`` (the same server's connections share
-  them); a document over maxBsonObjectSize raises
-  :class:`~pymongo.errors.DocumentTooLarge` before anything is sent. Each
+  them). A document that cannot go raises
+  :class:`~pymongo.errors.DocumentTooLarge` before anything is sent: one
+  over maxMessageSizeBytes, or, unacknowledged, over maxBsonObjectSize; an
+  acknowledged write leaves the latter to the server, whose write error comes
+  back with the others (as PyMongo does). Each
   batch goes as an OP_MSG document sequence, through the collection's write
   path, so it is a retryable write when its statements allow (no ``multi``
   update, no ``limit: 0`` delete), as PyMongo's batches are;
@@ -54,7 +57,7 @@ from pymongo.errors import (
 
 from greenpool.client.codecs import write_reply_options
 from greenpool.client.retries import RETRYABLE_CODES
-from greenpool.wire.messages import Outgoing
+from greenpool.wire.messages import COMMAND_OVERHEAD, Outgoing
 
 __all__ = ["DELETE", "INSERT", "UPDATE", "Builder", "Limits", "Sender", "check_document",
            "check_replacement", "check_update", "execute", "inserted_ids"]
@@ -62,8 +65,6 @@ __all__ = ["DELETE", "INSERT", "UPDATE", "Builder", "Limits", "Sender", "check_d
 INSERT, UPDATE, DELETE = 0, 1, 2
 _COMMANDS = ("insert", "update", "delete")
 _FIELDS = ("documents", "updates", "deletes")
-#: Room left in a message for the command around its documents (PyMongo's figure).
-COMMAND_OVERHEAD = 16_382
 
 
 class Limits:
@@ -215,19 +216,27 @@ def _runs(ops: list[tuple[int, dict[str, Any]]], ordered: bool) -> list[_Run]:
     return [run for run in by_kind if run.ops]
 
 
-def _encode(runs: list[_Run], codec_options: CodecOptions[Any], limits: Limits) -> None:
-    """Encode every statement, refusing one over the limit before anything is sent."""
+def _encode(runs: list[_Run], codec_options: CodecOptions[Any], limits: Limits,
+            acknowledged: bool) -> None:
+    """Encode every statement, refusing before anything is sent one that
+    cannot go: over maxMessageSizeBytes with its command, or, unacknowledged,
+    over maxBsonObjectSize (whose write error would be lost). An acknowledged
+    write's document over maxBsonObjectSize goes, and the server's write
+    error for it is reported with the others, as PyMongo does."""
+    largest = limits.max_message_size - COMMAND_OVERHEAD
+    if not acknowledged:
+        largest = min(largest, limits.max_bson_size)
     for run in runs:
-        # An update or delete statement wraps its documents in a little more.
-        largest = limits.max_bson_size + (0 if run.kind == INSERT else COMMAND_OVERHEAD)
         for op in run.ops:
             data = bytes(op.raw) if isinstance(op, RawBSONDocument) else bson.encode(
                 op, codec_options=codec_options)
             if len(data) > largest:
                 what = "document" if run.kind == INSERT else f"{_COMMANDS[run.kind]} statement"
                 raise DocumentTooLarge(
-                    f"a {what} of {len(data)} bytes is over the server's limit of "
-                    f"{largest} bytes (maxBsonObjectSize); nothing was sent")
+                    f"a {what} of {len(data)} bytes is over the limit of {largest} bytes for "
+                    f"{'an unacknowledged' if not acknowledged else 'a'} write (the server's "
+                    f"maxBsonObjectSize is {limits.max_bson_size}, maxMessageSizeBytes "
+                    f"{limits.max_message_size}); nothing was sent")
             run.encoded.append(data)
 
 
@@ -264,7 +273,7 @@ def execute(sender: Sender, builder: Builder, *, ordered: bool, acknowledged: bo
         _check_unacknowledged(builder, options)
     runs = _runs(builder.ops, ordered)
     limits = sender.limits(session)
-    _encode(runs, sender.codec_options, limits)
+    _encode(runs, sender.codec_options, limits, acknowledged)
     if not acknowledged:
         _execute_unacknowledged(sender, runs, limits, ordered, options, let)
         return None

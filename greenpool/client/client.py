@@ -67,6 +67,7 @@ from pymongo.write_concern import WriteConcern
 
 from greenpool.address import Address, format_address
 from greenpool.client import readpref
+from greenpool.client.codecs import check_codec_options
 from greenpool.client.commands import CommandPublisher
 from greenpool.client.concern import (
     check_read_concern,
@@ -74,7 +75,8 @@ from greenpool.client.concern import (
     write_concern_field,
 )
 from greenpool.client.cursor import Cursor
-from greenpool.client.database import Database, Defaults
+from greenpool.client.database import CACHED_NAMES, Database, Defaults
+from greenpool.client.findcursor import CommandCursor
 from greenpool.client.inert import warn_inert_options
 from greenpool.client.operations import Operations
 from greenpool.client.retries import has_write_stage
@@ -392,7 +394,8 @@ class Client:
                                          "names none (mongodb://host/DATABASE)")
         defaults = self._defaults
         return Database(self, name, self._operations,
-                        codec_options=codec_options or defaults.codec_options,
+                        codec_options=check_codec_options(codec_options,
+                                                          default=defaults.codec_options),
                         read_preference=(defaults.read_preference if read_preference is None
                                          else readpref.coerce(read_preference)),
                         write_concern=check_write_concern(write_concern,
@@ -406,14 +409,20 @@ class Client:
         return self.get_database(self.settings.database or default, **options)
 
     def __getitem__(self, name: str) -> Database:
-        return self.get_database(name)
+        cached = self._defaults.databases
+        database = cached.get(name)
+        if database is None:
+            database = self.get_database(name)
+            if len(cached) < CACHED_NAMES:
+                cached[name] = database
+        return database
 
     def __getattr__(self, name: str) -> Database:
         if name.startswith("_"):
             raise AttributeError(
                 f"Client has no attribute {name!r}; for the database {name!r} use "
                 f"client[{name!r}]")
-        return self.get_database(name)
+        return self[name]
 
     def list_database_names(self, session: Session | None = None,
                             comment: Any = None) -> list[str]:
@@ -423,6 +432,16 @@ class Client:
             command["comment"] = comment
         reply = self.command("admin", command, session=session)
         return [each["name"] for each in reply["databases"]]
+
+    def list_databases(self, session: Session | None = None, comment: Any = None,
+                       **kwargs: Any) -> CommandCursor:
+        """A cursor over the server's database descriptions (listDatabases's
+        fields, such as ``nameOnly`` or ``filter``, as keywords)."""
+        command: dict[str, Any] = {"listDatabases": 1, **kwargs}
+        if comment is not None:
+            command["comment"] = comment
+        reply = self.command("admin", command, session=session)
+        return CommandCursor(None, iter(reply["databases"]))
 
     def drop_database(self, name_or_database: str | Database,
                       session: Session | None = None, comment: Any = None) -> None:

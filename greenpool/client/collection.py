@@ -68,6 +68,7 @@ from greenpool.client.findcursor import (
     CommandCursor,
     FindCursor,
     index_document,
+    index_name,
     projection_document,
 )
 from greenpool.client.operations import Operations
@@ -177,18 +178,22 @@ class Collection:
 
     @property
     def codec_options(self) -> CodecOptions[Any]:
+        """The codec options its documents are encoded and decoded with."""
         return self._codec_options
 
     @property
     def read_preference(self) -> _ServerMode:
+        """The read preference of its reads."""
         return self._read_preference
 
     @property
     def write_concern(self) -> WriteConcern:
+        """The write concern of its writes."""
         return self._write_concern
 
     @property
     def read_concern(self) -> ReadConcern:
+        """The read concern of its reads."""
         return self._read_concern
 
     def with_options(self, codec_options: CodecOptions[Any] | None = None,
@@ -198,10 +203,11 @@ class Collection:
         """This collection with some options changed (the others kept)."""
         return Collection(
             self._database, self._name,
-            codec_options=codec_options or self._codec_options,
-            read_preference=read_preference or self._read_preference,
-            write_concern=write_concern or self._write_concern,
-            read_concern=read_concern or self._read_concern)
+            codec_options=self._codec_options if codec_options is None else codec_options,
+            read_preference=(self._read_preference if read_preference is None
+                             else read_preference),
+            write_concern=self._write_concern if write_concern is None else write_concern,
+            read_concern=self._read_concern if read_concern is None else read_concern)
 
     def __getitem__(self, name: str) -> Collection:
         """The sub-collection ``<this name>.<name>``."""
@@ -496,8 +502,14 @@ class Collection:
         is not a document is an ``_id``: ``find_one(oid)``."""
         if filter is not None and not isinstance(filter, Mapping):
             filter = {"_id": filter}
-        cursor = FindCursor(self, filter, *args, **kwargs)
-        command, session = cursor.single_batch_command()
+        if args or kwargs:
+            command, session = FindCursor(self, filter, *args, **kwargs).single_batch_command()
+        else:
+            # The common case, built directly: what FindCursor builds for limit(-1).
+            command, session = self.read_command("find"), None
+            command["filter"] = {} if filter is None else filter
+            command["limit"] = 1
+            command["singleBatch"] = True
         reply = self.read(command, session)
         batch = reply["cursor"]["firstBatch"]
         return batch[0] if batch else None
@@ -595,10 +607,14 @@ class Collection:
                      **kwargs: Any) -> str:
         """Create an index on ``keys`` (a name, or ``[(name, direction)...]``);
         return its name. Index options (``unique``, ``name``...) as keywords."""
-        options = {key: kwargs.pop(key) for key in ("maxTimeMS", "commitQuorum")
-                   if key in kwargs}
-        return self.create_indexes([IndexModel(keys, **kwargs)], session, comment,
-                                   **options)[0]
+        options: dict[str, Any] = {
+            key: kwargs.pop(key) for key in ("maxTimeMS", "commitQuorum") if key in kwargs}
+        key = index_document(keys)
+        document = dict(kwargs)
+        if document.get("name") is None:
+            document["name"] = index_name(key)
+        document["key"] = key
+        return self._create_indexes([document], session, comment, options)[0]
 
     def create_indexes(self, indexes: Sequence[IndexModel], session: Session | None = None,
                        comment: Any = None, **kwargs: Any) -> list[str]:
@@ -611,9 +627,13 @@ class Collection:
             if not isinstance(index, IndexModel):
                 raise TypeError(f"{index!r} is not a pymongo.operations.IndexModel")
             documents.append(index.document)
+        return self._create_indexes(documents, session, comment, kwargs)
+
+    def _create_indexes(self, documents: list[dict[str, Any]], session: Session | None,
+                        comment: Any, options: Mapping[str, Any]) -> list[str]:
         command = self._write_command("createIndexes")
         command["indexes"] = documents
-        command.update(kwargs)
+        command.update(options)
         if comment is not None:
             command["comment"] = comment
         self.run_write_command(command, session)
@@ -624,8 +644,7 @@ class Collection:
         """Drop an index by name, or by the keys it was created with."""
         name = index_or_name
         if isinstance(index_or_name, list):
-            name = "_".join(f"{key}_{direction}" for key, direction in
-                            index_document(index_or_name).items())
+            name = index_name(index_document(index_or_name))
         if not isinstance(name, str):
             raise TypeError(f"index_or_name must be an index name or a list of "
                             f"(key, direction) pairs, not {index_or_name!r}")

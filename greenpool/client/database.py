@@ -42,9 +42,13 @@ from greenpool.client.session import Session
 from greenpool.client.settings import ClientSettings
 from greenpool.wire.messages import Outgoing, check_database_name
 
-__all__ = ["Database", "Defaults"]
+__all__ = ["CACHED_NAMES", "Database", "Defaults"]
 
 _NAMESPACE_NOT_FOUND = 26
+# Databases and collections made with their parent's options are kept, so that
+# ``client.shop.orders`` in a loop resolves nothing again; bounded, so that a
+# program that makes up names cannot grow the caches forever.
+CACHED_NAMES = 1000
 
 
 class Defaults:
@@ -53,9 +57,12 @@ class Defaults:
     (readPreference, readPreferenceTags, maxStalenessSeconds), write concern
     (w, wTimeoutMS, journal) and read concern (readConcernLevel)."""
 
-    __slots__ = ("codec_options", "read_concern", "read_preference", "write_concern")
+    __slots__ = ("codec_options", "databases", "read_concern", "read_preference",
+                 "write_concern")
 
     def __init__(self, settings: ClientSettings, codec_keywords: Mapping[str, Any]) -> None:
+        #: The client's databases with these options, by name (see CACHED_NAMES).
+        self.databases: dict[str, Database] = {}
         self.codec_options = client_codec_options(settings.extra.get("uuidrepresentation"),
                                                   codec_keywords)
         self.read_preference = settings.read_preference_object()
@@ -76,11 +83,13 @@ class Database:
         self._read_preference = read_preference
         self._write_concern = write_concern
         self._read_concern = read_concern
+        self._collections: dict[str, Collection] = {}
 
     # -- what it is ---------------------------------------------------------------------
 
     @property
     def name(self) -> str:
+        """The database's name."""
         return self._name
 
     @property
@@ -95,18 +104,22 @@ class Database:
 
     @property
     def codec_options(self) -> CodecOptions[Any]:
+        """The codec options its documents are encoded and decoded with."""
         return self._codec_options
 
     @property
     def read_preference(self) -> _ServerMode:
+        """The read preference of its reads."""
         return self._read_preference
 
     @property
     def write_concern(self) -> WriteConcern:
+        """The write concern of its writes."""
         return self._write_concern
 
     @property
     def read_concern(self) -> ReadConcern:
+        """The read concern of its reads."""
         return self._read_concern
 
     def with_options(self, codec_options: CodecOptions[Any] | None = None,
@@ -133,14 +146,19 @@ class Database:
                           read_concern=read_concern)
 
     def __getitem__(self, name: str) -> Collection:
-        return Collection(self, name)
+        collection = self._collections.get(name)
+        if collection is None:
+            collection = Collection(self, name)
+            if len(self._collections) < CACHED_NAMES:
+                self._collections[name] = collection
+        return collection
 
     def __getattr__(self, name: str) -> Collection:
         if name.startswith("_"):
             raise AttributeError(
                 f"Database has no attribute {name!r}; for the collection {name!r} use "
                 f"database[{name!r}]")
-        return Collection(self, name)
+        return self[name]
 
     def list_collections(self, session: Session | None = None,
                          filter: Mapping[str, Any] | None = None, comment: Any = None,
@@ -149,6 +167,7 @@ class Database:
         command = Outgoing()
         command["listCollections"] = 1
         command["cursor"] = {}
+        command.codec_options = self._codec_options
         if filter is not None:
             if not isinstance(filter, Mapping):
                 raise TypeError(f"filter must be a document, not {filter!r}")

@@ -29,7 +29,7 @@ from greenpool.client.cursor import Cursor
 from greenpool.client.session import Session
 from greenpool.wire.messages import Outgoing
 
-__all__ = ["CollectionLike", "CommandCursor", "FindCursor", "index_document",
+__all__ = ["CollectionLike", "CommandCursor", "FindCursor", "index_document", "index_name",
            "projection_document"]
 
 ASCENDING = 1
@@ -73,6 +73,11 @@ def index_document(keys: Any, direction: Any = None) -> dict[str, Any]:
             raise TypeError(f"each key must be a (field name, direction) pair, not {pair!r}")
         document[pair[0]] = pair[1]
     return document
+
+
+def index_name(keys: Mapping[str, Any]) -> str:
+    """The name the server gives an index on ``keys`` by default: ``x_1_y_-1``."""
+    return "_".join(f"{key}_{direction}" for key, direction in keys.items())
 
 
 def projection_document(projection: Any) -> Mapping[str, Any]:
@@ -300,16 +305,21 @@ class FindCursor:
 class CommandCursor:
     """The documents of a command that opened a cursor (aggregate, list*)."""
 
-    def __init__(self, cursor: Cursor | None) -> None:
-        self._cursor = cursor  # None: the command found nothing (no collection)
+    def __init__(self, cursor: Cursor | None, documents: Iterator[Any] | None = None) -> None:
+        # None: the command found nothing (no collection), or its documents
+        # came whole in its reply (listDatabases): ``documents``.
+        self._cursor = cursor
+        self._documents = documents
 
     def __iter__(self) -> Iterator[Any]:
         return self
 
     def __next__(self) -> Any:
-        if self._cursor is None:
-            raise StopIteration
-        return next(self._cursor)
+        if self._cursor is not None:
+            return next(self._cursor)
+        if self._documents is not None:
+            return next(self._documents)
+        raise StopIteration
 
     next = __next__
 

@@ -367,7 +367,8 @@ class Link:
         try:
             request_id, data = encode_outgoing(
                 command, db, request_id=request_id, compressor=self._compressor,
-                max_message_size=self._max_message_size)
+                max_message_size=self._max_message_size,
+                max_bson_size=self._hello.get("maxBsonObjectSize") if self._hello else None)
         finally:
             self._busy = False
         if command.unacknowledged:

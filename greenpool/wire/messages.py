@@ -21,7 +21,8 @@ What must not: sockets and I/O (:mod:`greenpool.wire.link`), the compressors
 themselves (:mod:`greenpool.wire.compression`; OP_COMPRESSED's framing is
 here, its payload is theirs), and what a reply means
 (:mod:`greenpool.wire.replies`). It imports nothing of greenpool but
-:mod:`greenpool.errors` and :mod:`greenpool.wire.compression`.
+:mod:`greenpool.errors`, :mod:`greenpool.wire.compression` and
+:mod:`greenpool._compiled` (mypyc's class options).
 """
 
 from __future__ import annotations
@@ -37,11 +38,13 @@ from bson.codec_options import DEFAULT_CODEC_OPTIONS, CodecOptions
 from bson.errors import InvalidBSON
 from pymongo.errors import DocumentTooLarge, InvalidName
 
+from greenpool._compiled import mypyc_attr
 from greenpool.errors import ProtocolError, caused_by
 from greenpool.wire.compression import Compressor, decompress, may_compress
 
 __all__ = [
     "CHECKSUM_PRESENT",
+    "COMMAND_OVERHEAD",
     "DEFAULT_MAX_MESSAGE_SIZE",
     "EXHAUST_ALLOWED",
     "HEADER_SIZE",
@@ -274,7 +277,11 @@ def _check_size(name: str, length: int, max_message_size: int) -> None:
 
 # -- OP_MSG with options: codecs, a document sequence, no reply --------------------------
 
+#: What a command may add around a document of maxBsonObjectSize (PyMongo's figure).
+COMMAND_OVERHEAD = 16_382
 
+
+@mypyc_attr(native_class=False)  # compiled, still a dict whose instances take attributes
 class Outgoing(dict[str, Any]):
     """A command document that says how it goes on the wire, for the
     collection API: what :meth:`greenpool.wire.link.Link.command` does with
@@ -308,19 +315,27 @@ def encode_outgoing(
     request_id: int | None = None,
     compressor: Compressor | None = None,
     max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+    max_bson_size: int | None = None,
 ) -> tuple[int, bytes]:
     """Encode ``command`` as one OP_MSG as its options say (see
     :class:`Outgoing`): the body with the command's codec options, then its
     document sequence if it has one; moreToCome if unacknowledged. Size,
-    compression and errors are as for :func:`encode_command`."""
+    compression and errors are as for :func:`encode_command`; besides, a
+    body over ``max_bson_size`` (the server's maxBsonObjectSize) and the room
+    a command may add to it raises :class:`pymongo.errors.DocumentTooLarge`,
+    as PyMongo refuses one, before anything is sent."""
     if not command:
         raise ValueError("a command needs at least one field: its name")
     name = next(iter(command))
     field = command.sequence
     body_fields = {key: value for key, value in command.items() if key != field}
     body_fields["$db"] = db
-    parts = [_UINT32.pack(MORE_TO_COME if command.unacknowledged else 0), b"\x00",
-             bson.encode(body_fields, codec_options=command.codec_options)]
+    document = bson.encode(body_fields, codec_options=command.codec_options)
+    if max_bson_size is not None and len(document) > max_bson_size + COMMAND_OVERHEAD:
+        raise DocumentTooLarge(
+            f"command {name!r} is {len(document)} bytes, over the server's limit of "
+            f"{max_bson_size + COMMAND_OVERHEAD} (maxBsonObjectSize and a command's room)")
+    parts = [_UINT32.pack(MORE_TO_COME if command.unacknowledged else 0), b"\x00", document]
     if field is not None:
         identifier = field.encode() + b"\x00"
         payload = b"".join(command.encoded)
