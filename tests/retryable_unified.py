@@ -1,6 +1,6 @@
 """The Retryable Reads tests whose operations the collection API does not express
 (tests/test_retryable_spec.py's COMMAND_RUNNER says which: ``count``,
-``listIndexNames``, ``listDatabases``, ``listDatabaseObjects``), against
+``listIndexNames``), against
 ``greenpool.Client`` and SecantusDB's one-node replica set. Every other test of these
 specs runs through the project's unified runner (tests/unified/), on the collection API.
 
@@ -19,7 +19,6 @@ from typing import Any
 
 from pymongo import MongoClient
 
-import greenpool
 from tests import csot_unified
 from tests.cmap_runner import SPEC_DIR
 from tests.csot_unified import Collection, NotApplicable
@@ -73,9 +72,6 @@ class Runner(csot_unified.Runner):
             raise NotApplicable(f"the {name} fail point (SecantusDB accepts it and does "
                                 f"nothing)")
         super().op_failPoint(client=client, failPoint=failPoint)
-
-    def op_listDatabaseObjects(self, client: greenpool.Client, **arguments: Any) -> Any:
-        return self.op_listDatabases(client, **arguments)
 
     def op_count(self, coll: Collection, *, filter: Any, **arguments: Any) -> Any:
         return super().op_count(coll, filter=filter, **arguments)["n"]

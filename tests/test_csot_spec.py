@@ -82,7 +82,6 @@ CASES = [(file_name, spec, test) for file_name in RUN for spec, test in load_cas
 COMMAND_OPERATIONS = {
     "count": "count: PyMongo 4 has no Collection.count",
     "listIndexNames": "listIndexNames: PyMongo has no list_index_names",
-    "listDatabases": "listDatabases: greenpool.Client has no list_databases",
     "runCursorCommand": "runCursorCommand: greenpool's Database has no cursor_command",
     "createCommandCursor": "createCommandCursor: greenpool's Database has no cursor_command",
     "iterateOnce": "iterateOnce: PyMongo's find cursor has no try_next",

@@ -57,9 +57,6 @@ COMMAND_RUNNER = {
     "count": "PyMongo 4 has no Collection.count, so neither has the collection API; the "
              "count command is a retryable read",
     "listIndexNames": "PyMongo has no list_index_names; the listIndexes command",
-    "listDatabases": "greenpool.Client has no list_databases; the listDatabases command",
-    "listDatabaseObjects": "greenpool.Client has no list_databases; the listDatabases "
-                           "command",
 }
 
 

@@ -54,6 +54,7 @@ KEYWORDS: dict[str, dict[str, str]] = {
     # Client
     "client.listDatabases": {**_SESSION, **_COMMENT, "filter": "filter"},
     "client.listDatabaseNames": {**_SESSION, **_COMMENT, "filter": "filter"},
+    "client.listDatabaseObjects": {**_SESSION, **_COMMENT, "filter": "filter"},
     # Database
     "database.aggregate": {**_SESSION, **_COMMENT, "pipeline": "pipeline", "let": "let",
                            "allowDiskUse": "allowDiskUse", "batchSize": "batchSize",

@@ -20,6 +20,8 @@ from tests.unified_match import RootDocuments
 _CALLS: dict[str, tuple[str, bool]] = {
     "client.listDatabases": ("list_databases", True),
     "client.listDatabaseNames": ("list_database_names", False),
+    # For a driver with one way to list databases, listDatabaseObjects is that way.
+    "client.listDatabaseObjects": ("list_databases", True),
     "database.aggregate": ("aggregate", True),
     "database.dropCollection": ("drop_collection", False),
     "database.listCollections": ("list_collections", True),
