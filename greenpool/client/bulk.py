@@ -88,9 +88,9 @@ class Sender(Protocol):
     @property
     def codec_options(self) -> CodecOptions[Any]: ...
 
-    def limits(self, session: Any) -> Limits: ...
+    def _limits(self, session: Any) -> Limits: ...
 
-    def send_write(self, command: Outgoing, session: Any, *,
+    def _send_write(self, command: Outgoing, session: Any, *,
                    acknowledged: bool | None = None) -> dict[str, Any] | None:
         """Send a write; None if unacknowledged. ``acknowledged`` overrides
         the collection's write concern (False: w=0, True: the server's default)."""
@@ -272,7 +272,7 @@ def execute(sender: Sender, builder: Builder, *, ordered: bool, acknowledged: bo
     if not acknowledged:
         _check_unacknowledged(builder, options)
     runs = _runs(builder.ops, ordered)
-    limits = sender.limits(session)
+    limits = sender._limits(session)
     _encode(runs, sender.codec_options, limits, acknowledged)
     if not acknowledged:
         _execute_unacknowledged(sender, runs, limits, ordered, options, let)
@@ -282,7 +282,7 @@ def execute(sender: Sender, builder: Builder, *, ordered: bool, acknowledged: bo
         for start, stop in _batches(run, limits):
             command = _command(sender, run, start, stop, ordered, options, let)
             command.raise_write_concern_error = False
-            reply = sender.send_write(command, session)
+            reply = sender._send_write(command, session)
             assert reply is not None  # acknowledged
             concern_error = reply.get("writeConcernError")
             if concern_error and concern_error.get("code") in RETRYABLE_CODES:
@@ -305,11 +305,11 @@ def _execute_unacknowledged(sender: Sender, runs: list[_Run], limits: Limits, or
         command = _command(sender, run, start, stop, ordered, options, let)
         last = number == len(batches) - 1
         if not ordered or last:
-            sender.send_write(command, None, acknowledged=False)
+            sender._send_write(command, None, acknowledged=False)
             continue
         # Ordered: acknowledged (server default), to stop at the first error.
         try:
-            reply = sender.send_write(command, None, acknowledged=True)
+            reply = sender._send_write(command, None, acknowledged=True)
         except OperationFailure:
             return
         if reply is not None and reply.get("writeErrors"):

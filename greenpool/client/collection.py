@@ -256,7 +256,7 @@ class Collection:
         command["ordered"] = True
         command["documents"] = [document]
         _add_options(command, bypass_document_validation, comment)
-        reply = self.send_write(command, session)
+        reply = self._send_write(command, session)
         if reply is not None:
             _raise_write_error(reply)
         return InsertOneResult(document.get("_id"), reply is not None)
@@ -336,7 +336,7 @@ class Collection:
         if let is not None:
             command["let"] = let
         _add_options(command, bypass_document_validation, comment)
-        reply = self.send_write(command, session)
+        reply = self._send_write(command, session)
         if reply is None:
             return UpdateResult(None, False)
         _raise_write_error(reply)
@@ -375,7 +375,7 @@ class Collection:
         if let is not None:
             command["let"] = let
         _add_options(command, None, comment)
-        reply = self.send_write(command, session)
+        reply = self._send_write(command, session)
         if reply is None:
             return DeleteResult({"ok": 1}, False)  # what the link answers, as PyMongo's
         _raise_write_error(reply)
@@ -484,7 +484,7 @@ class Collection:
             command["collation"] = collation
         if comment is not None:
             command["comment"] = comment
-        reply = self.send_write(command, session)
+        reply = self._send_write(command, session)
         if reply is None:
             return None
         _raise_write_error(reply)
@@ -503,14 +503,14 @@ class Collection:
         if filter is not None and not isinstance(filter, Mapping):
             filter = {"_id": filter}
         if args or kwargs:
-            command, session = FindCursor(self, filter, *args, **kwargs).single_batch_command()
+            command, session = FindCursor(self, filter, *args, **kwargs)._single_batch_command()
         else:
             # The common case, built directly: what FindCursor builds for limit(-1).
-            command, session = self.read_command("find"), None
+            command, session = self._read_command("find"), None
             command["filter"] = {} if filter is None else filter
             command["limit"] = 1
             command["singleBatch"] = True
-        reply = self.read(command, session)
+        reply = self._read(command, session)
         batch = reply["cursor"]["firstBatch"]
         return batch[0] if batch else None
 
@@ -527,25 +527,25 @@ class Collection:
         pipeline.append({"$group": {"_id": 1, "n": {"$sum": 1}}})
         if "hint" in kwargs and not isinstance(kwargs["hint"], str):
             kwargs["hint"] = index_document(kwargs["hint"])
-        command = self.read_command("aggregate")
+        command = self._read_command("aggregate")
         command["pipeline"] = pipeline
         command["cursor"] = {}
         command.update(kwargs)
         if comment is not None:
             command["comment"] = comment
-        batch = self.read(command, session)["cursor"]["firstBatch"]
+        batch = self._read(command, session)["cursor"]["firstBatch"]
         return int(batch[0]["n"]) if batch else 0
 
     def estimated_document_count(self, comment: Any = None, **kwargs: Any) -> int:
         """The collection's document count from its metadata (the ``count`` command)."""
         if "session" in kwargs:
             raise InvalidOperation("estimated_document_count does not take a session")
-        command = self.read_command("count")
+        command = self._read_command("count")
         command.update(kwargs)
         if comment is not None:
             command["comment"] = comment
         try:
-            return int(self.read(command, None)["n"])
+            return int(self._read(command, None)["n"])
         except OperationFailure as error:
             if error.code == _NAMESPACE_NOT_FOUND:
                 return 0  # no such collection: none, as PyMongo says
@@ -557,7 +557,7 @@ class Collection:
         """The distinct values of ``key`` among the documents ``filter`` matches."""
         if not isinstance(key, str):
             raise TypeError(f"key must be a str, not {key!r}")
-        command = self.read_command("distinct")
+        command = self._read_command("distinct")
         command["key"] = key
         if filter is not None:
             bulk.check_document("filter", filter)
@@ -567,7 +567,7 @@ class Collection:
         command.update(kwargs)
         if comment is not None:
             command["comment"] = comment
-        values: list[Any] = self.read(command, session)["values"]
+        values: list[Any] = self._read(command, session)["values"]
         return values
 
     def aggregate(self, pipeline: Sequence[Mapping[str, Any]], session: Session | None = None,
@@ -580,7 +580,7 @@ class Collection:
             raise TypeError(f"pipeline must be a list of stages, not {pipeline!r}")
         writes = bool(pipeline) and isinstance(pipeline[-1], Mapping) and (
             "$out" in pipeline[-1] or "$merge" in pipeline[-1])
-        command = self.read_command("aggregate", read_concern=True)
+        command = self._read_command("aggregate", read_concern=True)
         command["pipeline"] = pipeline
         batch_size = kwargs.pop("batchSize", kwargs.pop("batch_size", None))
         command["cursor"] = {} if batch_size is None else {"batchSize": batch_size}
@@ -599,7 +599,7 @@ class Collection:
         if writes and self._write_concern_field is not None and not in_transaction:
             command["writeConcern"] = self._write_concern_field
         preference = readpref.PRIMARY if writes or in_transaction else self._read_preference
-        return CommandCursor(self.open_cursor(command, session, batch_size, preference))
+        return CommandCursor(self._open_cursor(command, session, batch_size, preference))
 
     # -- indexes --------------------------------------------------------------------------
 
@@ -636,7 +636,7 @@ class Collection:
         command.update(options)
         if comment is not None:
             command["comment"] = comment
-        self.run_write_command(command, session)
+        self._run_write_command(command, session)
         return [document["name"] for document in documents]
 
     def drop_index(self, index_or_name: Any, session: Session | None = None,
@@ -653,7 +653,7 @@ class Collection:
         command.update(kwargs)
         if comment is not None:
             command["comment"] = comment
-        self.run_write_command(command, session)
+        self._run_write_command(command, session)
 
     def drop_indexes(self, session: Session | None = None, comment: Any = None,
                      **kwargs: Any) -> None:
@@ -663,12 +663,12 @@ class Collection:
     def list_indexes(self, session: Session | None = None,
                      comment: Any = None) -> CommandCursor:
         """A cursor over the collection's index documents (none if it does not exist)."""
-        command = self.read_command("listIndexes", read_concern=False)
+        command = self._read_command("listIndexes", read_concern=False)
         command["cursor"] = {}
         if comment is not None:
             command["comment"] = comment
         try:
-            cursor = self.open_cursor(command, session, None, readpref.PRIMARY)
+            cursor = self._open_cursor(command, session, None, readpref.PRIMARY)
         except OperationFailure as error:
             if error.code != _NAMESPACE_NOT_FOUND:
                 raise
@@ -698,7 +698,7 @@ class Collection:
         if comment is not None:
             command["comment"] = comment
         try:
-            self.run_write_command(command, session)
+            self._run_write_command(command, session)
         except OperationFailure as error:
             if error.code != _NAMESPACE_NOT_FOUND:
                 raise
@@ -713,11 +713,11 @@ class Collection:
         command.update(kwargs)
         if comment is not None:
             command["comment"] = comment
-        return self.run_write_command(command, session, dbname="admin")
+        return self._run_write_command(command, session, dbname="admin")
 
     # -- sending (bulk.Sender, database.py and findcursor.py use these) ----------------------
 
-    def send_write(self, command: Outgoing, session: Session | None, *,
+    def _send_write(self, command: Outgoing, session: Session | None, *,
                    acknowledged: bool | None = None) -> dict[str, Any] | None:
         """Send a write command built by :meth:`_write_command`, with the
         collection's write concern (or, for ``acknowledged``, w=0 or the
@@ -747,13 +747,13 @@ class Collection:
             command["writeConcern"] = field
         return ops.run_command(self._db, command, session, deadline, readpref.PRIMARY)
 
-    def run_write_command(self, command: Outgoing, session: Session | None, *,
+    def _run_write_command(self, command: Outgoing, session: Session | None, *,
                           dbname: str | None = None) -> dict[str, Any]:
         """A command that writes but is not a CRUD write (createIndexes,
         drop...): acknowledged whatever the write concern, and its
         writeConcernError raised, as PyMongo's helpers do."""
         if not self._acknowledged:
-            self.send_write(command, session)
+            self._send_write(command, session)
             return {"ok": 1}
         ops = self._ops
         deadline = ops.deadline(None, session)
@@ -768,7 +768,7 @@ class Collection:
         return ops.run_command(dbname or self._db, command, session, deadline,
                                readpref.PRIMARY)
 
-    def read(self, command: Outgoing, session: Session | None) -> dict[str, Any]:
+    def _read(self, command: Outgoing, session: Session | None) -> dict[str, Any]:
         """Run a read command that answers in one reply, with the collection's
         read preference (primary inside a transaction)."""
         ops = self._ops
@@ -782,7 +782,7 @@ class Collection:
             session.decorate(command)
         return ops.run_command(self._db, command, session, deadline, preference)
 
-    def open_cursor(self, command: Outgoing, session: Session | None, batch_size: int | None,
+    def _open_cursor(self, command: Outgoing, session: Session | None, batch_size: int | None,
                     preference: _ServerMode | None = None) -> Cursor:
         """Open a server cursor with ``command`` (find, aggregate, list*)."""
         if session is not None:
@@ -793,7 +793,7 @@ class Collection:
         return Cursor(self._ops, self._db, command, batch_size=batch_size, session=session,
                       read_preference=preference or self._read_preference)
 
-    def read_command(self, name: str, *, read_concern: bool = True) -> Outgoing:
+    def _read_command(self, name: str, *, read_concern: bool = True) -> Outgoing:
         """A new read command on this collection, with its read concern."""
         command = Outgoing()
         command[name] = self._name
@@ -802,7 +802,7 @@ class Collection:
             command["readConcern"] = self._read_concern_field
         return command
 
-    def limits(self, session: Session | None) -> bulk.Limits:
+    def _limits(self, session: Session | None) -> bulk.Limits:
         """The server's write limits, from the hello of a connection to it
         (a transaction's pinned one, if any)."""
         ops = self._ops

@@ -206,7 +206,7 @@ class Database:
         command = Outgoing()
         command["create"] = name
         command.update(kwargs)
-        collection.run_write_command(command, session)
+        collection._run_write_command(command, session)
         return collection
 
     def drop_collection(self, name_or_collection: str | Collection,
@@ -227,7 +227,7 @@ class Database:
         if comment is not None:
             command["comment"] = comment
         try:
-            return self.get_collection(name).run_write_command(command, session)
+            return self.get_collection(name)._run_write_command(command, session)
         except OperationFailure as error:
             if error.code != _NAMESPACE_NOT_FOUND:
                 raise

@@ -41,9 +41,9 @@ class CollectionLike(Protocol):
     @property
     def name(self) -> str: ...
 
-    def read_command(self, name: str, *, read_concern: bool = True) -> Outgoing: ...
+    def _read_command(self, name: str, *, read_concern: bool = True) -> Outgoing: ...
 
-    def open_cursor(self, command: Outgoing, session: Session | None, batch_size: int | None,
+    def _open_cursor(self, command: Outgoing, session: Session | None, batch_size: int | None,
                     preference: _ServerMode | None = None) -> Cursor: ...
 
 
@@ -212,7 +212,7 @@ class FindCursor:
     # -- the command ------------------------------------------------------------------------
 
     def _command(self) -> Outgoing:
-        command = self._collection.read_command("find")
+        command = self._collection._read_command("find")
         command["filter"] = self._filter
         if self._sort is not None:
             command["sort"] = self._sort
@@ -232,7 +232,7 @@ class FindCursor:
         command.update(self._options)
         return command
 
-    def single_batch_command(self) -> tuple[Outgoing, Session | None]:
+    def _single_batch_command(self) -> tuple[Outgoing, Session | None]:
         """find_one's command (one document, in one batch) and session."""
         self._limit = -1
         return self._command(), self._session
@@ -241,7 +241,7 @@ class FindCursor:
 
     def _opened(self) -> Cursor:
         if self._cursor is None:
-            self._cursor = self._collection.open_cursor(
+            self._cursor = self._collection._open_cursor(
                 self._command(), self._session, self._batch_size or None)
         return self._cursor
 
