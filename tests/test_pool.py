@@ -308,7 +308,7 @@ def test_establish_error_handler_runs_before_connection_closed() -> None:
         {"minPoolSize": 1, "backgroundThreadIntervalMS": 50},
         connector=MockConnector(fail=pymongo_errors.OperationFailure("shutting down", 91)),
     )
-    pool._on_establish_error = lambda error, conn: pool.clear(error=error)
+    pool._maintenance.on_establish_error = lambda error, conn: pool.clear(error=error)
     recorder.wait_for("ConnectionClosed", 1, timeout=5)
     assert names(recorder)[-3:] == ["ConnectionCreated", "ConnectionPoolCleared",
                                     "ConnectionClosed"]
@@ -408,7 +408,7 @@ def test_load_balanced_generations_are_per_service() -> None:
         connector=MockConnector(service_ids=lambda conn: services[conn.id % 2]),
     )
     a, b, c = pool.checkout(), pool.checkout(), pool.checkout()  # ids 1, 2, 3
-    assert {sid: entry[1] for sid, entry in pool._services.items()} == {
+    assert {sid: entry[1] for sid, entry in pool._services.entries.items()} == {
         services[1]: 2, services[0]: 1}
     waiter = gevent.spawn(pool.checkout, timeout=10)
     pool.clear(service_id=services[1])
@@ -422,7 +422,7 @@ def test_load_balanced_generations_are_per_service() -> None:
     closed = [e for e in recorder.events if EVENT_TYPES[type(e)] == "ConnectionClosed"]
     assert [(e.connection_id, e.reason) for e in closed] == [(1, "stale")]
     pool.checkin(c)
-    assert services[1] not in pool._services, "the entry goes when its count reaches 0"
+    assert services[1] not in pool._services.entries, "the entry goes when its count reaches 0"
     waiter.get(timeout=5)
     pool._check_invariants()
 

@@ -110,8 +110,8 @@ class EventCounter(_m.ConnectionPoolListener):
 class Publisher:
     """Builds, queues and delivers one pool's events and log messages."""
 
-    __slots__ = ("_by_method", "_flush_pending", "_outbox", "_sorted", "address", "host",
-                 "listeners", "port")
+    __slots__ = ("_by_method", "_flush_pending", "_sorted", "address", "host", "listeners",
+                 "outbox", "port")
 
     def __init__(self, address: Address, listeners: Iterable[object] = ()) -> None:
         self.address = address
@@ -119,7 +119,10 @@ class Publisher:
         self.listeners = check_listeners(listeners)
         self._sorted: tuple[object, ...] | None = None
         self._by_method: dict[str, tuple[object, ...]] = {}
-        self._outbox: deque[Effect] = deque()
+        #: What the next flush delivers, in order. Callers may test it to
+        #: skip a flush with nothing to do (the pool's hot path does); only
+        #: this class changes it.
+        self.outbox: deque[Effect] = deque()
         self._flush_pending = False
 
     @property
@@ -148,7 +151,7 @@ class Publisher:
 
     def later(self, effect: Callable[..., None], *args: Any) -> None:
         """Run ``effect(*args)`` at the next flush, after the state change."""
-        self._outbox.append((effect, args))
+        self.outbox.append((effect, args))
 
     def flush_later(self) -> None:
         """Flush from a new greenlet, for code that must not yield.
@@ -157,7 +160,7 @@ class Publisher:
         would let a second exception, such as the greenlet's own
         gevent.Timeout, replace it, and the kill would be lost.
         """
-        if self._outbox and not self._flush_pending:
+        if self.outbox and not self._flush_pending:
             self._flush_pending = True
             gevent.spawn(self._flush_pending_now)
 
@@ -167,7 +170,7 @@ class Publisher:
 
     def flush(self) -> None:
         """Deliver everything queued, in order."""
-        outbox = self._outbox
+        outbox = self.outbox
         while outbox:
             effect, args = outbox.popleft()
             try:
@@ -245,18 +248,22 @@ class Publisher:
     # The three events of every checkout skip the log message's text and
     # fields when the logger is off, and build the event only for listeners.
 
-    def checkout_started(self) -> None:
+    def checkout_started(self) -> bool:
+        """Report that a checkout started; whether anyone listens to this
+        checkout (``active``): its checked-out and checked-in events are
+        reported only then, so that they come in pairs."""
         if not logs(DEBUG):
             by = self._by_method if self._sorted is self.listeners else self._sort()
             if by["connection_check_out_started"]:
-                self._outbox.append((self._notify, (
+                self.outbox.append((self._notify, (
                     "connection_check_out_started",
                     _m.ConnectionCheckOutStartedEvent(self.address))))
-        else:
-            self._post("connection_check_out_started",
-                       _m.ConnectionCheckOutStartedEvent(self.address),
-                       {"message": "Connection checkout started"},
-                       f"Checkout started for connection to {self._where()}")
+            return bool(self.listeners)
+        self._post("connection_check_out_started",
+                   _m.ConnectionCheckOutStartedEvent(self.address),
+                   {"message": "Connection checkout started"},
+                   f"Checkout started for connection to {self._where()}")
+        return True
 
     def checkout_failed(self, reason: str, duration: float, error: BaseException | None) -> None:
         if self.active:
@@ -280,7 +287,7 @@ class Publisher:
         if not logs(DEBUG):
             by = self._by_method if self._sorted is self.listeners else self._sort()
             if by["connection_checked_out"]:
-                self._outbox.append((self._notify, (
+                self.outbox.append((self._notify, (
                     "connection_checked_out",
                     _m.ConnectionCheckedOutEvent(self.address, conn_id, duration))))
         else:
@@ -298,7 +305,7 @@ class Publisher:
         if not logs(DEBUG):
             by = self._by_method if self._sorted is self.listeners else self._sort()
             if by["connection_checked_in"]:
-                self._outbox.append((self._notify, (
+                self.outbox.append((self._notify, (
                     "connection_checked_in", _m.ConnectionCheckedInEvent(self.address, conn_id))))
         else:
             self._post("connection_checked_in", _m.ConnectionCheckedInEvent(self.address, conn_id),
@@ -310,7 +317,7 @@ class Publisher:
 
     def long_hold(self, event: object, text: str, fields: dict[str, Any]) -> None:
         """A connection held too long (see ``longholds.py``)."""
-        self._outbox.append((report_long_hold, (self.listeners, event, text, fields)))
+        self.outbox.append((report_long_hold, (self.listeners, event, text, fields)))
 
     # -- delivery -------------------------------------------------------------
 
@@ -321,7 +328,7 @@ class Publisher:
         fields["serverHost"] = self.host
         if self.port is not None:
             fields["serverPort"] = self.port
-        self._outbox.append((self._deliver, (method, event, fields, text)))
+        self.outbox.append((self._deliver, (method, event, fields, text)))
 
     def _deliver(self, method: str, event: object, fields: dict[str, Any], text: str) -> None:
         if logs(DEBUG):
