@@ -6,8 +6,10 @@ and nothing here may switch greenlets while the pool is mid-change.
 
 Events are PyMongo's own event classes, delivered to objects implementing
 :class:`pymongo.monitoring.ConnectionPoolListener`, so a listener written for
-PyMongo works unchanged. Only the methods a listener's class overrides are
-called (PyMongo's are abstract), and an event no listener takes is not built.
+PyMongo works unchanged: greenpool calls what PyMongo would call on it, decided
+per listener object (``listeners.py``: a method of its class, one set on the
+instance, one its ``__getattr__`` answers), except PyMongo's abstract stubs, and
+an event no listener takes is not built.
 Each event also produces the spec's log message on the ``greenpool.connection``
 logger at DEBUG: the record's message is the spec's unstructured form, and
 ``record.structured`` holds the structured form (a dict with ``message``,
@@ -44,6 +46,7 @@ from bson.objectid import ObjectId
 from pymongo import monitoring as _m
 
 from greenpool.address import Address
+from greenpool.pool.listeners import Subscribers
 
 __all__ = ["DEBUG", "LOGGER", "EventCounter", "Publisher", "check_listeners", "logs",
            "report_long_hold"]
@@ -110,14 +113,15 @@ class EventCounter(_m.ConnectionPoolListener):
 class Publisher:
     """Builds, queues and delivers one pool's events and log messages."""
 
-    __slots__ = ("_by_method", "_flush_pending", "_sorted", "address", "host", "listeners",
-                 "outbox", "port")
+    __slots__ = ("_by_method", "_flush_pending", "_sorted", "_subscribers", "address", "host",
+                 "listeners", "outbox", "port")
 
     def __init__(self, address: Address, listeners: Iterable[object] = ()) -> None:
         self.address = address
         self.host, self.port = address
         self.listeners = check_listeners(listeners)
         self._sorted: tuple[object, ...] | None = None
+        self._subscribers = Subscribers((), _CMAP_METHODS)
         self._by_method: dict[str, tuple[object, ...]] = {}
         #: What the next flush delivers, in order. Callers may test it to
         #: skip a flush with nothing to do (the pool's hot path does); only
@@ -131,19 +135,17 @@ class Publisher:
         return True if self.listeners else logs(DEBUG)
 
     def implementers(self, method: str) -> tuple[object, ...]:
-        """The listeners that implement ``method``: PyMongo's
-        ConnectionPoolListener leaves its methods abstract (they raise
-        NotImplementedError), so a listener that does not override one gets
-        no call, and an event nobody implements is not built. Sorted again whenever
-        ``listeners`` is replaced."""
+        """The listeners that may take ``method``'s events (``listeners.py``
+        decides, per listener object); none: the event is not built. Sorted
+        again whenever ``listeners`` is replaced."""
         by = self._by_method if self._sorted is self.listeners else self._sort()
         return by[method]
 
     def _sort(self) -> dict[str, tuple[object, ...]]:
         # The three checkout events ask inline, as implementers does: a call less each.
-        self._by_method = {
-            name: tuple(each for each in self.listeners if _implements(each, name))
-            for name in _CMAP_METHODS}
+        subscribers = Subscribers(self.listeners, _CMAP_METHODS)
+        self._subscribers = subscribers
+        self._by_method = {name: subscribers.takers(name) for name in _CMAP_METHODS}
         self._sorted = self.listeners
         return self._by_method
 
@@ -255,7 +257,7 @@ class Publisher:
         if not logs(DEBUG):
             by = self._by_method if self._sorted is self.listeners else self._sort()
             if by["connection_check_out_started"]:
-                self.outbox.append((self._notify, (
+                self.outbox.append((self._subscribers.notify, (
                     "connection_check_out_started",
                     _m.ConnectionCheckOutStartedEvent(self.address))))
             return bool(self.listeners)
@@ -287,7 +289,7 @@ class Publisher:
         if not logs(DEBUG):
             by = self._by_method if self._sorted is self.listeners else self._sort()
             if by["connection_checked_out"]:
-                self.outbox.append((self._notify, (
+                self.outbox.append((self._subscribers.notify, (
                     "connection_checked_out",
                     _m.ConnectionCheckedOutEvent(self.address, conn_id, duration))))
         else:
@@ -305,7 +307,7 @@ class Publisher:
         if not logs(DEBUG):
             by = self._by_method if self._sorted is self.listeners else self._sort()
             if by["connection_checked_in"]:
-                self.outbox.append((self._notify, (
+                self.outbox.append((self._subscribers.notify, (
                     "connection_checked_in", _m.ConnectionCheckedInEvent(self.address, conn_id))))
         else:
             self._post("connection_checked_in", _m.ConnectionCheckedInEvent(self.address, conn_id),
@@ -336,11 +338,11 @@ class Publisher:
         self._notify(method, event)
 
     def _notify(self, method: str, event: object) -> None:
-        for listener in self.implementers(method):
-            try:
-                getattr(listener, method)(event)
-            except Exception:
-                _ERRORS.exception("greenpool: listener %r raised in %s", listener, method)
+        # The three checkout events post their listeners' notify directly
+        # (sorted when posted): a call less each.
+        if self._sorted is not self.listeners:
+            self._sort()
+        self._subscribers.notify(method, event)
 
 
 #: The ConnectionPoolListener methods, one per CMAP event.
@@ -348,12 +350,6 @@ _CMAP_METHODS = (
     "pool_created", "pool_ready", "pool_cleared", "pool_closed", "connection_created",
     "connection_ready", "connection_closed", "connection_check_out_started",
     "connection_check_out_failed", "connection_checked_out", "connection_checked_in")
-
-
-def _implements(listener: object, method: str) -> bool:
-    """Whether ``listener``'s class overrides PyMongo's abstract ``method``."""
-    return getattr(type(listener), method, None) is not getattr(
-        _m.ConnectionPoolListener, method)
 
 
 def report_long_hold(listeners: Iterable[object], event: object, text: str,
