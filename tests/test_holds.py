@@ -25,15 +25,22 @@ from greenpool import Pool, Purpose, WaitQueueTimeoutError
 from greenpool.pool import holds, reports
 from greenpool.pool.holds import LISTED_HOLDERS, Holder, Site
 from greenpool.pool.longholds import ConnectionHeldTooLongEvent
+from tests.events import QuietPoolListener
 from tests.holding import HoldListener, here, until
+from tests.listening import listened
 from tests.mock import MockConnector
 
 ADDRESS = ("db.test", 27017)
 HERE = __file__
 
 
+# Every test twice: with a listener, and without one (the pool's fast paths).
+pytestmark = pytest.mark.usefixtures("listening")
+
+
 def make_pool(options: dict[str, Any] | None = None, **kwargs: Any) -> Pool[Any]:
-    pool: Pool[Any] = Pool(ADDRESS, options or {}, connector=MockConnector(), **kwargs)
+    pool: Pool[Any] = Pool(ADDRESS, options or {}, connector=MockConnector(),
+                           listeners=[QuietPoolListener()] if listened() else [], **kwargs)
     pool.ready()
     return pool
 

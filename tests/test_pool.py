@@ -22,17 +22,26 @@ from greenpool import (
     WaitQueueTimeoutError,
 )
 from tests.cmap_runner import EVENT_TYPES, Recorder
+from tests.listening import listened, overhear
 from tests.mock import MockConnector
 from tests.turns import assert_fair_turns
 
 ADDRESS = ("db.test", 27017)
 
 
+# Every test twice: with a listener, and without one (the pool's fast paths).
+pytestmark = pytest.mark.usefixtures("listening")
+
+
 def make_pool(options: dict[str, Any] | None = None, connector: Any = None,
               ready: bool = True, **kwargs: Any) -> tuple[Pool[Any], Recorder]:
+    """A pool and the recorder of its events: attached as a listener, or, in
+    the run without listeners, overhearing (no checkout events then)."""
     recorder = Recorder()
     pool: Pool[Any] = Pool(ADDRESS, options or {}, connector=connector or MockConnector(),
-                           listeners=[recorder], **kwargs)
+                           listeners=[recorder] if listened() else [], **kwargs)
+    if not listened():
+        overhear(pool, recorder._record)
     if ready:
         pool.ready()
     return pool, recorder
@@ -141,14 +150,11 @@ def test_waiters_are_served_in_arrival_order() -> None:
     assert order == list(range(50))
 
 
-@pytest.mark.parametrize("listening", [False, True], ids=["fast-path", "with-listener"])
-def test_greenlets_spawned_together_take_turns_when_nothing_blocks(listening: bool) -> None:
+def test_greenlets_spawned_together_take_turns_when_nothing_blocks() -> None:
     # Connections that never block (a server that answers before the greenlet
     # waits): without fair turns the first greenlet took all its turns before
     # the others even started, since none of them had reached the queue yet.
-    pool, _ = make_pool({"maxPoolSize": 2}) if listening else (
-        Pool(ADDRESS, {"maxPoolSize": 2}, connector=MockConnector()), None)
-    pool.ready()
+    pool, _ = make_pool({"maxPoolSize": 2})
     first, second = pool.checkout(), pool.checkout()
     pool.checkin(first)
     pool.checkin(second)
