@@ -25,9 +25,10 @@ refused or timed-out checkout raises is built by ``failures.py``.
 
 How the pool and its parts talk: a part changes only its own fields. It moves
 connections, and changes the pool's state, through the pool's methods in the
-section "for the parts" below; it may read the sets. The hot path reads a
-part's documented fields inline (the generation, the fork guard's mark, pid and
-thread, the connections being filled) and calls a part for anything else.
+section "for the parts" below; it may read the sets. The pool reads a part's
+documented fields inline where it runs on every checkout (the generation, the
+fork guard's mark, pid and thread) or grant (the connections being filled), and
+calls a part for anything else.
 
 How it stays consistent under gevent: gevent switches greenlets only where
 one blocks, so every change of the pool's state happens between two such
@@ -42,11 +43,13 @@ The verbs, the only ones for connections moving back and on:
 
 ``checkout`` / ``checkin``
     A caller takes a connection / is done with it; both report (flush)
-    before returning. Each opens with a fast path for the common case (a
-    ready pool, nobody waiting, a connection the pool keeps), which does the
-    general path's work in fewer steps; any doubt takes the general path.
-    One predicate, ``_keeps``, decides for both paths of both whether a
-    connection is fit to go on as it is.
+    before returning, and a checkin reports exactly when its checkout did
+    (someone listened then), so that a checkout's events come in pairs.
+    Each opens with a fast path for the common case (a ready pool, nobody
+    waiting, a connection the pool keeps), which does the general path's
+    work in fewer steps; any doubt takes the general path. One predicate,
+    ``_keeps``, decides whether a connection goes on as it is, for both
+    checkins and for the checkout's fast path.
 ``_checkin``
     ``checkin`` without the flush, for exception paths, which must not
     yield (they ``flush_later``).
