@@ -1,6 +1,7 @@
 """Instructions per ping, counted by Valgrind: the Client against the floor, without noise.
 
     .venv/bin/python benchmarks/instructions.py [--against DIR] [--ops 1000] [--jobs 2]
+                                                [--only client|pool]
     .venv/bin/python benchmarks/instructions.py --collection [--ops 1000] [--jobs 2]
 
 CPU time per operation on a shared machine moves by 20-40% from run to run
@@ -17,9 +18,13 @@ instructions per ping: start-up, imports and warm-up cancel out.
 Contenders: the floor (10 raw ``greenpool.wire.link`` connections, as
 bench.py's), and greenpool.Client with maxPoolSize 10 at 10 and at 1000
 greenlets, without a listener and with one that implements all 11 CMAP
-methods (as bench.py's). ``--against DIR`` runs the Client contenders again
-with DIR's greenpool (``git worktree add /tmp/before main``), in an
-interpreter started with ``-S`` and DIR first on ``PYTHONPATH``.
+methods (as bench.py's). The pool alone (``benchmarks/pool_cycles.py``: a
+checkout+checkin cycle on a bare pool, no server) is counted the same way, per
+cycle: uncontended without and with that listener, and 1000 greenlets over 10
+connections. ``--only`` keeps the Client's or the pool's contenders.
+``--against DIR`` runs the greenpool contenders again with DIR's greenpool
+(``git worktree add /tmp/before main``), in an interpreter started with ``-S``
+and DIR first on ``PYTHONPATH``.
 
 ``--collection`` counts the collection API instead: instructions per call of
 ``insert_one``, ``find_one`` by ``_id``, ``update_one`` and a ``find`` of 100
@@ -73,14 +78,20 @@ class Contender:
                  str(HERE / self.script), *plain, "--ops", str(ops), *self.arguments], env)
 
 
-def contenders(against: Path | None) -> list[Contender]:
+def contenders(against: Path | None, only: str | None = None) -> list[Contender]:
     client = [Contender(f"greenpool, {g} greenlets{', listener' * listener}",
-                        ("--greenlets", str(g), *(("--listener", "--all-methods") * listener)))
+                        ("--greenlets", str(g),
+                         *(("--listener", "--all-methods") * listener)))
               for listener in (False, True) for g in (10, 1000)]
-    chosen = [Contender("floor", ("--floor",)), *client]
+    pool = [Contender(f"pool, {g} greenlet{'s' * (g > 1)}{', listener' * listener}",
+                      ("--greenlets", str(g), *("--listener",) * listener), script="pool_cycles.py")
+            for g, listener in ((1, False), (1, True), (1000, False))]
+    chosen = {"client": [Contender("floor", ("--floor",)), *client],
+              "pool": pool, None: [Contender("floor", ("--floor",)), *client, *pool],
+              }[only]
     if against is not None:
-        chosen += [Contender(f"{each.name} @against", each.arguments, against)
-                   for each in client]
+        chosen += [Contender(f"{each.name} @against", each.arguments, against, each.script)
+                   for each in chosen if each.name != "floor"]
     return chosen
 
 
@@ -117,6 +128,8 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2, help="valgrind runs at a time")
     parser.add_argument("--collection", action="store_true",
                         help="the collection API's calls, greenpool.Client and stock PyMongo")
+    parser.add_argument("--only", choices=("client", "pool"),
+                        help="only the Client's contenders (with the floor), or the pool's")
     args = parser.parse_args()
     if shutil.which("valgrind") is None:
         raise SystemExit("instructions.py needs valgrind on PATH (Debian: apt install valgrind)")
@@ -124,9 +137,9 @@ def main() -> None:
         raise SystemExit(f"--ops must be at least 1000 (one ping per greenlet), not {args.ops}")
     if args.against is not None and not (args.against / "greenpool").is_dir():
         raise SystemExit(f"--against {args.against}: no greenpool package there")
-    if args.collection and args.against is not None:
-        raise SystemExit("--collection compares with stock PyMongo; it takes no --against")
-    chosen = collection_contenders() if args.collection else contenders(args.against)
+    if args.collection and (args.against is not None or args.only is not None):
+        raise SystemExit("--collection compares with stock PyMongo; it takes no --against, --only")
+    chosen = collection_contenders() if args.collection else contenders(args.against, args.only)
     runs = [(each, ops) for each in chosen for ops in (args.ops, 3 * args.ops)]
     with ThreadPoolExecutor(args.jobs) as pool:
         counts = dict(zip(runs, pool.map(lambda run: count(*run), runs), strict=True))
@@ -135,13 +148,16 @@ def main() -> None:
     if args.collection:
         print_collection(per_ping, args.ops)
         return
-    floor = per_ping["floor"]
-    print(f"Instructions per ping (callgrind, user space; runs of {args.ops:,} and "
-          f"{3 * args.ops:,} pings){f'; against: {args.against}' if args.against else ''}\n")
-    print("| contender | instructions per ping | vs floor | over the floor |")
+    floor = per_ping.get("floor")
+    print(f"Instructions per ping or pool cycle (callgrind, user space; runs of {args.ops:,} "
+          f"and {3 * args.ops:,}){f'; against: {args.against}' if args.against else ''}\n")
+    print("| contender | instructions per op | vs floor | over the floor |")
     print("|---|---|---|---|")
     for name, value in per_ping.items():
-        print(f"| {name} | {value:,.0f} | {value / floor:.2f}x | {value - floor:+,.0f} |")
+        if floor is None or name.startswith("pool"):
+            print(f"| {name} | {value:,.0f} | | |")
+        else:
+            print(f"| {name} | {value:,.0f} | {value / floor:.2f}x | {value - floor:+,.0f} |")
     if args.against is not None:
         print("\n| contender | this tree / against |")
         print("|---|---|")

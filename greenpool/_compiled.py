@@ -26,9 +26,12 @@ _T = TypeVar("_T")
 #: sessions, ``greenpool.timeout``, ``LinkOptions``) stay pure: compiled, a wrongly typed
 #: argument would get mypyc's TypeError instead of greenpool's message naming the value,
 #: and they add little (benchmarks/recorded/2026-11-26-cpu.md: about 2,000 of 28,000
-#: instructions saved per ping). The pool's hot path (``pool/checkout.py``) is not here:
-#: it is one of the mixins of :class:`greenpool.Pool`, and mypyc compiles neither a class
-#: with several native bases nor a generic non-native one.
+#: instructions saved per ping). The pool's hot path (``pool/pool.py``) is one class,
+#: which mypyc compiles, but it stays pure for the same reason and one more: ``Pool`` is
+#: a public entry point (compiled, ``Pool(..., long_hold_threshold="5")`` gets mypyc's
+#: TypeError instead of greenpool's message), and its hold records read Python frames,
+#: which compiled methods do not have (the acquire site and the holder's current site,
+#: "inside Pool.checkout", would name the wrong frames).
 MODULES = (
     "greenpool.client.operations",
     "greenpool.client.topology",

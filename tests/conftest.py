@@ -7,6 +7,9 @@ monkey.patch_all()
 import gevent  # noqa: E402
 import pytest  # noqa: E402
 
+# The pool's tests run with and without a listener (tests/listening.py).
+from tests.listening import listening  # noqa: E402, F401
+
 # A run without the spec files says so loudly, and fails in CI (tests/spec_files.py).
 from tests.spec_files import (  # noqa: E402, F401
     pytest_runtest_logreport,

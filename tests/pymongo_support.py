@@ -119,7 +119,7 @@ def counters(pool: GreenPool) -> dict[str, int]:
         "requests": pool.requests, "active_sockets": pool.active_sockets,
         "operation_count": pool.operation_count, "pending": pool._pending,
         "ncursors": pool.ncursors, "ntxns": pool.ntxns,
-        "waiting": len(pool._gp_new) + len(pool._gp_held),
+        "waiting": len(pool._gp_queue),
     }
 
 
@@ -131,18 +131,14 @@ def check_invariants(pool: GreenPool) -> None:
     assert len(pool.conns) + pool.requests <= limit, state
     assert 0 <= pool._pending <= pool._max_connecting, state
     assert pool.operation_count >= pool.active_sockets, state
-    if pool.state == pymongo_pool.PoolState.READY:
-        if len(pool._gp_held):
-            assert not pool.conns and pool._pending >= pool._max_connecting, state
-        if len(pool._gp_new):
-            assert not pool.conns, state
-            assert pool.requests >= limit or pool._pending >= pool._max_connecting, state
+    if pool.state == pymongo_pool.PoolState.READY and len(pool._gp_queue):
+        assert not pool.conns, state
+        assert pool.requests >= limit or pool._pending >= pool._max_connecting, state
     # Hold records: one per connection checked out (and not since a fork),
     # none naming a greenlet that ended; the longest wait is a live waiter's.
     assert len(pool._gp_out) <= pool.active_sockets, state
     assert not [hold for hold in pool._holds() if hold.greenlet.dead], state
-    oldest = [queue.oldest_since() for queue in (pool._gp_new, pool._gp_held)]
-    assert [since is None for since in oldest] == [not pool._gp_new, not pool._gp_held], state
+    assert (pool._gp_queue.oldest_since() is None) == (not pool._gp_queue), state
 
 
 # The checkout contexts of held connections. Before PyMongo 4.18 checkout()

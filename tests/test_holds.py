@@ -25,15 +25,22 @@ from greenpool import Pool, Purpose, WaitQueueTimeoutError
 from greenpool.pool import holds, reports
 from greenpool.pool.holds import LISTED_HOLDERS, Holder, Site
 from greenpool.pool.longholds import ConnectionHeldTooLongEvent
+from tests.events import QuietPoolListener
 from tests.holding import HoldListener, here, until
+from tests.listening import listened
 from tests.mock import MockConnector
 
 ADDRESS = ("db.test", 27017)
 HERE = __file__
 
 
+# Every test twice: with a listener, and without one (the pool's fast paths).
+pytestmark = pytest.mark.usefixtures("listening")
+
+
 def make_pool(options: dict[str, Any] | None = None, **kwargs: Any) -> Pool[Any]:
-    pool: Pool[Any] = Pool(ADDRESS, options or {}, connector=MockConnector(), **kwargs)
+    pool: Pool[Any] = Pool(ADDRESS, options or {}, connector=MockConnector(),
+                           listeners=[QuietPoolListener()] if listened() else [], **kwargs)
     pool.ready()
     return pool
 
@@ -141,7 +148,7 @@ def test_a_holder_that_ended_without_checking_in_is_named() -> None:
 
 def test_a_pinned_connection_says_what_it_is_pinned_to() -> None:
     pool = make_pool({"loadBalanced": True}, acquire_sites=True)
-    pool._connector = MockConnector(service_ids=lambda conn: ObjectId())
+    pool._maintenance.connector = MockConnector(service_ids=lambda conn: ObjectId())
     conn = pool.checkout()
     conn.purpose, conn.pinned = Purpose.CURSOR, True  # what greenpool.Client's pinning does
     assert "(pinned to a cursor)" in str(pool.holders()[0])
@@ -237,14 +244,14 @@ def test_a_greenlet_waiting_for_its_own_connection_shows_as_its_holder() -> None
         spawn("nested", nested).get()
     (holder,) = raised.value.holders
     assert holder.greenlet == "nested"
-    assert holder.now_at is not None and holder.now_at.inside == "_HotPath.checkout"
+    assert holder.now_at is not None and holder.now_at.inside == "Pool.checkout"
     assert holder.acquired_at is not None and holder.acquired_at.lineno == \
         holder.now_at.lineno - 1
 
 
 def test_the_load_balanced_error_keeps_the_spec_message_first() -> None:
     pool = make_pool({"maxPoolSize": 1, "loadBalanced": True}, acquire_sites=True)
-    pool._connector = MockConnector(service_ids=lambda conn: ObjectId())
+    pool._maintenance.connector = MockConnector(service_ids=lambda conn: ObjectId())
     held = pool.checkout()
     with pytest.raises(WaitQueueTimeoutError) as raised:
         pool.checkout(timeout=0.01)
@@ -386,20 +393,18 @@ def test_a_listener_that_raises_on_a_long_hold_is_logged_not_propagated(
         conn = pool.checkout()
         until(lambda: any("raised in connection_held_too_long" in r.getMessage()
                           for r in caplog.records))
-    assert pool._watch is not None
-    watcher = pool._watch.greenlet
+    watcher = pool._maintenance.watcher
     assert watcher is not None and not watcher.dead
     pool.checkin(conn)
     pool.close()
     gevent.sleep(0)
-    assert watcher.dead and pool._watch.greenlet is None
+    assert watcher.dead and pool._maintenance.watcher is None
 
 
 def test_the_watcher_runs_only_with_a_threshold_and_ends_with_the_pool() -> None:
-    assert make_pool()._watch is None
+    assert make_pool()._maintenance.watcher is None
     pool = make_pool(long_hold_threshold=5)
-    assert pool._watch is not None
-    watcher = pool._watch.greenlet
+    watcher = pool._maintenance.watcher
     assert watcher is not None and not watcher.dead and pool.long_hold_threshold == 5.0
     pool.close()
     gevent.sleep(0)
@@ -448,15 +453,3 @@ def test_holder_text_covers_every_case() -> None:
         "connection 3, held 1.00 s by g (for a cursor): checked out at app.py:42 in view; "
         "its greenlet has ended without checking it in")
     assert holds.greenlet_name(gevent.getcurrent()) == "the main greenlet"
-
-
-def test_a_pool_keeps_fewer_than_30_instance_attributes() -> None:
-    """CPython 3.11 shares at most 30 attribute names between a class's
-    instances; at 30 every attribute access on the pool is slower, 7-8% of
-    the uncontended checkout+checkin (greenpool/pool/fields.py)."""
-    for options in ({}, {"acquire_sites": True, "long_hold_threshold": 5}):
-        pool = make_pool(**options)
-        with pool.checkout():
-            pass
-        assert len(vars(pool)) < 30, sorted(vars(pool))
-        pool.close()

@@ -114,7 +114,7 @@ def test_a_clear_during_authentication_makes_the_new_connection_stale() -> None:
     closed = [e for e in recorder.events if EVENT_TYPES[type(e)] == "ConnectionClosed"]
     assert [(e.connection_id, e.reason) for e in closed] == [(conn.id, "stale")]
     pool._check_invariants()
-    assert pool._services == {}
+    assert pool._services.entries == {}
     pool.close()
 
 
@@ -137,7 +137,7 @@ def test_an_authentication_error_is_judged_by_the_generation_of_its_hello() -> N
     # hello, so its authentication error must not clear the service again.
     assert judged == [(service, True)]
     pool._check_invariants()
-    assert pool._services == {}, "the service's entry goes once nobody counts in it"
+    assert pool._services.entries == {}, "the service's entry goes once nobody counts in it"
     pool.close()
 
 

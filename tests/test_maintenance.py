@@ -35,7 +35,7 @@ def test_hub_join_returns_with_a_live_pool() -> None:
         pool.ready()
         pool.checkin(pool.checkout())
         gevent.sleep(0.05)
-        assert pool._maintainer is not None and not pool._maintainer.dead
+        assert pool._maintenance.greenlet is not None and not pool._maintenance.greenlet.dead
         assert gevent.get_hub().join(timeout=30), "Hub.join() did not return"
         print("joined", pool.stats().total)
     """)
@@ -46,7 +46,7 @@ def test_an_abandoned_pool_is_collected_and_its_greenlet_ends() -> None:
     pool: Pool[Any] = Pool(("db.test", 27017), {"backgroundThreadIntervalMS": 5},
                            connector=MockConnector())
     pool.ready()
-    maintainer = pool._maintainer
+    maintainer = pool._maintenance.greenlet
     assert maintainer is not None
     gevent.sleep(0.02)
     del pool
@@ -60,7 +60,7 @@ def test_close_stops_the_background_greenlets() -> None:
                            connector=MockConnector(delay=5))
     pool.ready()
     gevent.sleep(0.01)
-    greenlets = [pool._maintainer, *pool._fillers]
+    greenlets = [pool._maintenance.greenlet, *pool._maintenance.fillers]
     assert len(greenlets) == 3  # the maintainer and maxConnecting (2) fillers
     pool.close()
     gevent.joinall(greenlets, timeout=5)
@@ -85,4 +85,4 @@ def test_negative_interval_means_no_background_runs() -> None:
                            connector=MockConnector())
     pool.ready()
     gevent.sleep(0.05)
-    assert pool._maintainer is None and pool.stats().total == 0
+    assert pool._maintenance.greenlet is None and pool.stats().total == 0

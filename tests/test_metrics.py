@@ -11,19 +11,23 @@ from pymongo import errors as pymongo_errors
 from greenpool import Client, Pool, PoolClearedError, WaitQueueTimeoutError
 from greenpool.pool.metrics import STAT_KEYS
 from tests.events import QuietPoolListener
+from tests.listening import listened
 from tests.mock import MockConnector
 
 ADDRESS = ("db.test", 27017)
 
 
+# Every test twice: with a listener, and without one (the pool's fast paths).
+pytestmark = pytest.mark.usefixtures("listening")
+
+
 class Quiet(QuietPoolListener):
-    """A listener that does nothing: it only takes the pool off its fast path."""
+    """A listener that does nothing: it only takes the pool off its fast paths."""
 
 
-def make_pool(options: dict[str, Any] | None = None, connector: Any = None,
-              listeners: tuple[object, ...] = ()) -> Pool[Any]:
+def make_pool(options: dict[str, Any] | None = None, connector: Any = None) -> Pool[Any]:
     pool: Pool[Any] = Pool(ADDRESS, options or {}, connector=connector or MockConnector(),
-                           listeners=listeners)
+                           listeners=(Quiet(),) if listened() else ())
     pool.ready()
     return pool
 
@@ -41,9 +45,8 @@ def test_get_stats_has_psycopg_pools_keys_and_starts_at_zero() -> None:
     assert all(stats[key] == 0 for key in STAT_KEYS if key not in ("pool_min", "pool_max"))
 
 
-@pytest.mark.parametrize("listened", [False, True], ids=["fast path", "with a listener"])
-def test_checkouts_checkins_and_usage_are_counted(listened: bool) -> None:
-    pool = make_pool(listeners=(Quiet(),) if listened else ())
+def test_checkouts_checkins_and_usage_are_counted() -> None:
+    pool = make_pool()
     for _ in range(3):
         with pool.checkout():
             pass

@@ -148,7 +148,7 @@ def test_no_events_built_without_listeners_or_logging() -> None:
     assert not pool._events.active
     pool.ready()
     pool.checkin(pool.checkout())
-    assert not pool._events._outbox
+    assert not pool._events.outbox
 
 
 def test_a_listener_gets_only_the_events_it_implements(

@@ -22,17 +22,26 @@ from greenpool import (
     WaitQueueTimeoutError,
 )
 from tests.cmap_runner import EVENT_TYPES, Recorder
+from tests.listening import listened, overhear
 from tests.mock import MockConnector
 from tests.turns import assert_fair_turns
 
 ADDRESS = ("db.test", 27017)
 
 
+# Every test twice: with a listener, and without one (the pool's fast paths).
+pytestmark = pytest.mark.usefixtures("listening")
+
+
 def make_pool(options: dict[str, Any] | None = None, connector: Any = None,
               ready: bool = True, **kwargs: Any) -> tuple[Pool[Any], Recorder]:
+    """A pool and the recorder of its events: attached as a listener, or, in
+    the run without listeners, overhearing (no checkout events then)."""
     recorder = Recorder()
     pool: Pool[Any] = Pool(ADDRESS, options or {}, connector=connector or MockConnector(),
-                           listeners=[recorder], **kwargs)
+                           listeners=[recorder] if listened() else [], **kwargs)
+    if not listened():
+        overhear(pool, recorder._record)
     if ready:
         pool.ready()
     return pool, recorder
@@ -141,14 +150,11 @@ def test_waiters_are_served_in_arrival_order() -> None:
     assert order == list(range(50))
 
 
-@pytest.mark.parametrize("listening", [False, True], ids=["fast-path", "with-listener"])
-def test_greenlets_spawned_together_take_turns_when_nothing_blocks(listening: bool) -> None:
+def test_greenlets_spawned_together_take_turns_when_nothing_blocks() -> None:
     # Connections that never block (a server that answers before the greenlet
     # waits): without fair turns the first greenlet took all its turns before
     # the others even started, since none of them had reached the queue yet.
-    pool, _ = make_pool({"maxPoolSize": 2}) if listening else (
-        Pool(ADDRESS, {"maxPoolSize": 2}, connector=MockConnector()), None)
-    pool.ready()
+    pool, _ = make_pool({"maxPoolSize": 2})
     first, second = pool.checkout(), pool.checkout()
     pool.checkin(first)
     pool.checkin(second)
@@ -308,7 +314,7 @@ def test_establish_error_handler_runs_before_connection_closed() -> None:
         {"minPoolSize": 1, "backgroundThreadIntervalMS": 50},
         connector=MockConnector(fail=pymongo_errors.OperationFailure("shutting down", 91)),
     )
-    pool._on_establish_error = lambda error, conn: pool.clear(error=error)
+    pool._maintenance.on_establish_error = lambda error, conn: pool.clear(error=error)
     recorder.wait_for("ConnectionClosed", 1, timeout=5)
     assert names(recorder)[-3:] == ["ConnectionCreated", "ConnectionPoolCleared",
                                     "ConnectionClosed"]
@@ -408,7 +414,7 @@ def test_load_balanced_generations_are_per_service() -> None:
         connector=MockConnector(service_ids=lambda conn: services[conn.id % 2]),
     )
     a, b, c = pool.checkout(), pool.checkout(), pool.checkout()  # ids 1, 2, 3
-    assert {sid: entry[1] for sid, entry in pool._services.items()} == {
+    assert {sid: entry[1] for sid, entry in pool._services.entries.items()} == {
         services[1]: 2, services[0]: 1}
     waiter = gevent.spawn(pool.checkout, timeout=10)
     pool.clear(service_id=services[1])
@@ -422,7 +428,7 @@ def test_load_balanced_generations_are_per_service() -> None:
     closed = [e for e in recorder.events if EVENT_TYPES[type(e)] == "ConnectionClosed"]
     assert [(e.connection_id, e.reason) for e in closed] == [(1, "stale")]
     pool.checkin(c)
-    assert services[1] not in pool._services, "the entry goes when its count reaches 0"
+    assert services[1] not in pool._services.entries, "the entry goes when its count reaches 0"
     waiter.get(timeout=5)
     pool._check_invariants()
 

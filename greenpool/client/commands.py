@@ -4,7 +4,9 @@ Rules of this module: building and publishing command-monitoring events, and the
 redaction; it never sends a command.
 
 Listeners are :class:`pymongo.monitoring.CommandListener` objects, so code
-that already watches PyMongo's commands watches greenpool's the same way.
+that already watches PyMongo's commands watches greenpool's the same way: each
+gets the calls PyMongo would make on it, decided per listener object
+(:mod:`greenpool.pool.listeners`), and an event no listener takes is not built.
 Security-sensitive commands (authentication, user management) and a hello
 carrying speculative authentication are redacted: their command, reply and
 failure documents are published empty, as the Command Logging and Monitoring
@@ -14,7 +16,6 @@ spec requires. A listener that raises is logged and otherwise ignored.
 from __future__ import annotations
 
 import datetime
-import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -23,10 +24,9 @@ from pymongo import monitoring as _m
 from pymongo.errors import OperationFailure
 
 from greenpool.address import Address
+from greenpool.pool.listeners import Subscribers
 
 __all__ = ["CommandPublisher", "failure_document", "is_sensitive"]
-
-_LOG = logging.getLogger("greenpool")
 
 # The Command Logging and Monitoring spec's security-sensitive commands.
 SENSITIVE_COMMANDS = frozenset({
@@ -53,38 +53,44 @@ def failure_document(error: BaseException) -> dict[str, Any]:
 class CommandPublisher:
     """Delivers command started / succeeded / failed events to listeners."""
 
-    __slots__ = ("listeners",)
+    __slots__ = ("_subscribers", "listeners")
 
     def __init__(self, listeners: Iterable[object]) -> None:
-        self.listeners = tuple(x for x in listeners if isinstance(x, _m.CommandListener))
+        subscribers = Subscribers(
+            (x for x in listeners if isinstance(x, _m.CommandListener)), _METHODS)
+        self._subscribers = subscribers
+        #: The command listeners that may take any of the three events
+        #: (empty: the Client publishes no command events at all).
+        self.listeners = tuple(x for x in subscribers.listeners
+                               if any(x in subscribers.takers(m) for m in _METHODS))
 
     def started(self, command: Mapping[str, Any], db: str, request_id: int, address: Address,
                 service_id: ObjectId | None, server_connection_id: int | None) -> None:
-        self._emit("started", _m.CommandStartedEvent(
-            dict(command), db, request_id, address, request_id,
-            service_id=service_id, server_connection_id=server_connection_id))
+        if self._subscribers.takers("started"):
+            self._subscribers.notify("started", _m.CommandStartedEvent(
+                dict(command), db, request_id, address, request_id,
+                service_id=service_id, server_connection_id=server_connection_id))
 
     def succeeded(self, seconds: float, reply: Mapping[str, Any], name: str, db: str,
                   request_id: int, address: Address, service_id: ObjectId | None,
                   server_connection_id: int | None) -> None:
-        self._emit("succeeded", _m.CommandSucceededEvent(
-            datetime.timedelta(seconds=seconds), dict(reply), name, request_id, address,
-            request_id, service_id=service_id, database_name=db,
-            server_connection_id=server_connection_id))
+        if self._subscribers.takers("succeeded"):
+            self._subscribers.notify("succeeded", _m.CommandSucceededEvent(
+                datetime.timedelta(seconds=seconds), dict(reply), name, request_id, address,
+                request_id, service_id=service_id, database_name=db,
+                server_connection_id=server_connection_id))
 
     def failed(self, seconds: float, error: BaseException, command: Mapping[str, Any],
                db: str, request_id: int, address: Address, service_id: ObjectId | None,
                server_connection_id: int | None) -> None:
+        if not self._subscribers.takers("failed"):
+            return
         name = next(iter(command))
         failure = {} if is_sensitive(name, command) else failure_document(error)
-        self._emit("failed", _m.CommandFailedEvent(
+        self._subscribers.notify("failed", _m.CommandFailedEvent(
             datetime.timedelta(seconds=seconds), failure, name, request_id, address,
             request_id, service_id=service_id, database_name=db,
             server_connection_id=server_connection_id))
 
-    def _emit(self, method: str, event: object) -> None:
-        for listener in self.listeners:
-            try:
-                getattr(listener, method)(event)
-            except Exception:
-                _LOG.exception("greenpool: command listener %r raised in %s", listener, method)
+
+_METHODS = ("started", "succeeded", "failed")

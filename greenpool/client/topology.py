@@ -51,6 +51,7 @@ from greenpool.client.sdam import (
 )
 from greenpool.client.topologylog import log_event
 from greenpool.pool.connection import Connection
+from greenpool.pool.listeners import handler
 from greenpool.pool.pool import Pool
 from greenpool.pool.waitqueue import WaitQueue, WaitTimedOut
 from greenpool.wire.connector import handshake_completed
@@ -289,7 +290,9 @@ class Topology:
         for listener in self._listeners:
             if isinstance(listener, kind):
                 try:
-                    getattr(listener, method)(event)
+                    call = handler(listener, method)  # PyMongo's rule, per object
+                    if call is not None:
+                        call(event)
                 except Exception:
                     _LOG.exception("greenpool: listener %r raised in %s", listener, method)
 

@@ -8,113 +8,146 @@ connections there are; only ``interrupt_in_use_connections`` walks the in-use
 and pending ones, and closes their transports or throws into their
 establishing greenlets.
 
-What lives here: :class:`_Clearing`, the pool's piece that owns
-``_generation`` and ``_clear_cause`` (the fork reset bumps the generation
-too), ``is_stale``, ``clear`` and the interruptions. A clear also pauses the
-pool (``_state``), fails the waiters in ``_queue``, and marks connections of
-``_in_use`` and ``_pending`` interrupted.
+What lives here: :class:`Clearing`, a part of :class:`greenpool.Pool` (its
+``_clearing``). It owns ``generation`` (which the pool's hot path reads, and
+stamps new connections with) and ``cause`` (the error of the last clear, which
+refused checkouts cite). The pool calls ``clear`` (from ``Pool.clear``),
+``is_stale``, ``interrupt_pending`` (the fork's at-fork hook does too) and
+``start_over``. What it uses of the pool, :class:`Cleared` lists.
 
-What must not live here: retiring connections (the pieces that meet a
-stale connection retire it) and waiting: nothing in a clear yields before
-its final ``_settle`` flushes what it reported. Imports: the pool core only.
+What must not live here: retiring connections (whoever meets a stale
+connection retires it) and waiting: nothing in a clear yields before its final
+``_settle`` flushes what it reported. Imports: the pool core only.
 """
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from collections.abc import Callable
+from typing import Any, Generic, Protocol, TypeVar
 
 from bson.objectid import ObjectId
 from gevent import get_hub
 
+from greenpool.address import Address
 from greenpool.errors import PoolClearedError
 from greenpool.pool.connection import Connection, Transport, close_quietly
-from greenpool.pool.fields import _PoolFields
-from greenpool.pool.poolstate import Action, transition
+from greenpool.pool.monitoring import Publisher
+from greenpool.pool.poolstate import Action
+from greenpool.pool.services import ServiceMap
 
-__all__: list[str] = []
+__all__ = ["Cleared", "Clearing"]
 
 T = TypeVar("T", bound=Transport)
 
 
-class _Clearing(_PoolFields[T]):
-    """Generations, clear and interruption: see the module docstring."""
+class _Checked(Protocol):
+    def check(self) -> None: ...
+
+
+class _Woken(Protocol):
+    def wake(self) -> None: ...
+
+
+class Cleared(Protocol):
+    """What a clear uses of its pool (:class:`greenpool.Pool` is one)."""
 
     @property
-    def generation(self) -> int:
-        """The pool's generation, incremented by every clear; older connections are stale."""
-        return self._generation
+    def address(self) -> Address: ...
+    @property
+    def _load_balanced(self) -> bool: ...
+    @property
+    def _events(self) -> Publisher: ...
+    @property
+    def _services(self) -> ServiceMap: ...
+    # Read only, to mark the connections a clear interrupts.
+    @property
+    def _in_use(self) -> set[Connection[Any]]: ...
+    @property
+    def _pending(self) -> set[Connection[Any]]: ...
+    @property
+    def _fork(self) -> _Checked: ...  # the owner check, first
+    @property
+    def _maintenance(self) -> _Woken: ...  # the background run closes stale idle connections
+
+    @property
+    def closed(self) -> bool: ...
+    def _move(self, action: Action) -> bool: ...  # the state machine's clear
+    def _fail_waiters(self, make_error: Callable[[], BaseException]) -> None: ...
+    def _settle(self) -> None: ...
+
+
+class Clearing(Generic[T]):
+    """Generations, clear and interruption: see the module docstring."""
+
+    __slots__ = ("_pool", "cause", "generation")
+
+    def __init__(self, pool: Cleared) -> None:
+        self._pool = pool
+        #: Bumped by every clear (and the start over after a fork); older
+        #: connections are stale.
+        self.generation = 0
+        #: The error that caused the last clear, cited by refused checkouts.
+        self.cause: BaseException | None = None
 
     def is_stale(self, conn: Connection[T]) -> bool:
         """Whether ``conn`` belongs to an older generation than the pool's
-        (for its serviceId in load-balanced mode). SDAM ignores errors on
-        stale connections."""
-        if self._load_balanced and conn._counted:
-            entry = self._services.get(conn.service_id)
-            return entry is None or conn.generation != entry[0]
+        (its service's, once counted in load-balanced mode)."""
+        if conn._counted:
+            return not self._pool._services.is_current(conn)
         # A load-balanced connection takes its service's generation after its
-        # hello (handshake_done); before that only a fork reset makes it stale.
-        return conn.generation != self._generation
+        # hello (handshake_done); before that only a fork's start over makes it stale.
+        return conn.generation != self.generation
 
-    def clear(
-        self,
-        interrupt_in_use_connections: bool = False,
-        service_id: ObjectId | None = None,
-        *,
-        error: BaseException | None = None,
-    ) -> None:
-        """Mark every current connection stale.
-
-        Outside load-balanced mode this also pauses the pool and fails every
-        waiting checkout with a retryable :class:`PoolClearedError` that cites
-        ``error`` (what made the caller clear). With
-        ``interrupt_in_use_connections`` the in-use and pending connections
-        of older generations are interrupted now (their transports closed,
-        blocked greenlets woken) without waiting for them.
-
-        In load-balanced mode pass the ``service_id`` to clear: only that
-        service's generation changes; the pool neither pauses nor fails waiters.
-        """
-        self._check_owner()
-        load_balanced = self.options.load_balanced
+    def clear(self, interrupt_in_use_connections: bool, service_id: ObjectId | None,
+              error: BaseException | None) -> None:
+        """``Pool.clear``'s work (its docstring says what a clear does)."""
+        pool = self._pool
+        pool._fork.check()
+        load_balanced = pool._load_balanced
         if load_balanced and service_id is None:
             raise ValueError("a load-balanced pool is cleared per service: pass service_id")
         if not load_balanced and service_id is not None:
             raise ValueError(f"service_id={service_id!r} only applies to load-balanced pools")
-        if self.closed:
+        if pool.closed:
             return
+        events = pool._events
         if load_balanced:
-            self._clear_service(service_id)
-            self._events.pool_cleared(service_id, interrupt_in_use_connections)
+            pool._services.clear(service_id)
+            events.pool_cleared(service_id, interrupt_in_use_connections)
         else:
-            self._generation += 1
-            self._clear_cause = error
-            step = transition(self._state, Action.CLEAR)
-            self._state = step.state
-            if step.emit:
-                self._events.pool_cleared(None, interrupt_in_use_connections)
+            self.generation += 1
+            self.cause = error
+            if pool._move(Action.CLEAR):
+                events.pool_cleared(None, interrupt_in_use_connections)
             # Each waiter raises its own error (its own traceback), but the
             # message is the same: built once, not once per waiter.
-            address, message = self.address, PoolClearedError.cleared(self.address, error).message
-            self._queue.fail_all(lambda: PoolClearedError(message, address, cause=error))
+            address, message = pool.address, PoolClearedError.cleared(pool.address, error).message
+            pool._fail_waiters(lambda: PoolClearedError(message, address, cause=error))
         if interrupt_in_use_connections:
             self._interrupt(service_id)
-        self._alarm.ring()  # the background run closes stale idle connections now
-        self._settle()
+        pool._maintenance.wake()  # the background run closes stale idle connections now
+        pool._settle()
+
+    def start_over(self) -> None:
+        """After a fork: every connection of the parent is stale."""
+        self.generation += 1
 
     def _interrupt(self, service_id: ObjectId | None) -> None:
         """Interrupt the connections a clear just made stale."""
-        for conn in list(self._in_use):
+        pool = self._pool
+        for conn in list(pool._in_use):
             if conn.service_id == service_id and self.is_stale(conn):
                 conn.interrupted = True
-                conn.mark_errored(PoolClearedError.interrupted(self.address))
+                conn.mark_errored(PoolClearedError.interrupted(pool.address))
                 if conn.transport is not None:
-                    self._events.later(close_quietly, conn.transport)
-        if not self.options.load_balanced:  # a pending connection has no serviceId yet
-            self._interrupt_pending()
+                    pool._events.later(close_quietly, conn.transport)
+        if not pool._load_balanced:  # a pending connection has no serviceId yet
+            self.interrupt_pending()
 
-    def _interrupt_pending(self) -> None:
+    def interrupt_pending(self) -> None:
+        """Interrupt every establishment under way (from the hub, at once)."""
         hub = get_hub()
-        for conn in self._pending:
+        for conn in self._pool._pending:
             if conn._establisher is not None:
                 hub.loop.run_callback(self._interrupt_establishment, conn, conn._establisher)
 
@@ -123,4 +156,4 @@ class _Clearing(_PoolFields[T]):
         # connector for this connection: anywhere else it would hit innocent code.
         if conn._establisher is greenlet:
             conn.interrupted = True
-            greenlet.throw(PoolClearedError.interrupted(self.address))
+            greenlet.throw(PoolClearedError.interrupted(self._pool.address))

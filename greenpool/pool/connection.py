@@ -10,9 +10,9 @@ nothing; the pool acts on them.
 
 What must not live here: any change to a pool's sets, counts or events. A
 connection calls only its pool's checkin (``checkin_after_error`` while an
-exception propagates) and the serviceId map's
-``_take_service_generation``, which the :class:`Owner` protocol names; the
-pool's pieces import this module, never the other way round.
+exception propagates) and ``_take_service_generation`` (load-balanced mode),
+which the :class:`Owner` protocol names; the pool and its parts import this
+module, never the other way round.
 """
 
 from __future__ import annotations
@@ -70,7 +70,6 @@ class Owner(Protocol):
     """What a connection uses of its pool: the pool (``greenpool.Pool``) is one."""
 
     address: Address
-    _pid: int
 
     def checkin(self, conn: Connection[Any]) -> None: ...
     def checkin_after_error(self, conn: Connection[Any]) -> None: ...
@@ -88,11 +87,11 @@ class Connection(Generic[T]):
 
     __slots__ = (
         "__weakref__", "_counted", "_created_at", "_establisher", "_holder", "_idle_since",
-        "_out_at", "_pid", "_pool", "_site", "error", "generation", "id", "interrupted",
-        "pinned", "purpose", "service_id", "state", "transport",
+        "_out_at", "_pid", "_pool", "_reported", "_site", "error", "generation", "id",
+        "interrupted", "pinned", "purpose", "service_id", "state", "transport",
     )
 
-    def __init__(self, pool: Owner, conn_id: int, generation: int) -> None:
+    def __init__(self, pool: Owner, conn_id: int, generation: int, pid: int) -> None:
         self.id = conn_id
         self.generation = generation
         #: The serviceId the handshake reported (load-balanced mode only);
@@ -109,7 +108,7 @@ class Connection(Generic[T]):
         #: Whether clear(interrupt_in_use_connections=True) interrupted it.
         self.interrupted = False
         self._pool = pool
-        self._pid = pool._pid
+        self._pid = pid  # the process it was created in: the pool's at the time
         self._created_at = _now()
         self._idle_since = 0.0
         self._out_at = 0.0  # when the current checkout handed it out (usage time)
@@ -117,6 +116,9 @@ class Connection(Generic[T]):
         # greenlet that checked it out and where (None between holds).
         self._holder: Any = None
         self._site: RawSite | None = None
+        # Whether anyone listened when it was checked out: its checkin
+        # reports only then, so that a checkout's events come in pairs.
+        self._reported = False
         self._establisher: Any = None
         self._counted = False
 

@@ -8,104 +8,132 @@ after the application, and maybe its pools, were created. Two mechanisms:
   socket (closing an inherited descriptor sends nothing while the parent
   still holds it);
 * an owner check on every checkout (and background run), which catches forks
-  that bypass ``os.fork`` and does the pool's bookkeeping: drop the parent's
-  connections, fail checkouts copied from the parent, bump the generation,
-  and carry on with the pool's state (a ready pool stays ready).
+  that bypass ``os.fork`` and starts the pool over: it drops the parent's
+  connections, fails checkouts copied from the parent, makes the parent's
+  generation stale, and carries on with the pool's state (a ready pool stays
+  ready).
 
 The owner check reads one byte (:mod:`greenpool.pool.forkmark`).
 
-What lives here: the at-fork hook and its registry of pools, and
-:class:`_ForkHandling`, the pool's piece that owns ``_pid``, ``_owner`` and
-``_thread``: the owner check, the at-fork forgetting and the reset on first
-use. The reset is the one place that empties every set of the pool at once.
+What lives here: the at-fork hook and its registry, and :class:`ForkGuard`, a
+part of :class:`greenpool.Pool` (its ``_fork``). It owns ``pid`` (which stamps
+new connections), ``mark`` and ``thread``; the pool's hot path reads all three
+inline and calls ``check`` only when they say the process forked or the thread
+is another. The start over asks each piece to start over its own fields: the
+pool (``_start_over``: its sets and waiters), the maintenance, the serviceId
+map and the clearing parts (:class:`Forked` lists what it uses of the pool).
 
-What must not live here: the owner checks themselves, which stay inline on
-the hot path (``checkout.py``, ``maintenance.py``) and call in here only
-when they fail. Imports: the pool core only.
+What must not live here: the inline owner checks themselves (``pool.py``,
+``maintenance.py``), and any field of another piece. Imports: the pool core only.
 """
 
 from __future__ import annotations
 
 import os
 import weakref
+from collections import deque
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Protocol
 
 from gevent.monkey import get_original
 
+from greenpool.address import Address
 from greenpool.errors import PoolClearedError
-from greenpool.pool.connection import ConnectionState, Transport, close_quietly
-from greenpool.pool.fields import _PoolFields
-from greenpool.pool.poolstate import PoolState
+from greenpool.pool.clearing import Clearing
+from greenpool.pool.connection import Connection, close_quietly
+from greenpool.pool.forkmark import owner_mark
+from greenpool.pool.maintenance import Maintenance
+from greenpool.pool.services import ServiceMap
 
-__all__ = ["real_thread_id", "track", "untrack"]
-
-T = TypeVar("T", bound=Transport)
+__all__ = ["ForkGuard", "Forked", "real_thread_id"]
 
 #: The OS thread's id, even under gevent's monkey-patching (which makes
 #: ``threading.get_ident`` name the greenlet).
 real_thread_id: Callable[[], int] = get_original("_thread", "get_ident")
 
-_pools: weakref.WeakSet[Any] = weakref.WeakSet()
-
-
-def track(pool: Any) -> None:
-    """Reset ``pool`` in forked children from now on."""
-    _pools.add(pool)
-
-
-def untrack(pool: Any) -> None:
-    _pools.discard(pool)
+_guards: weakref.WeakSet[ForkGuard] = weakref.WeakSet()
 
 
 def _after_fork_in_child() -> None:
-    for pool in list(_pools):
-        pool._forget_parent_connections()
+    for guard in list(_guards):
+        guard.forget_parent_connections()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-class _ForkHandling(_PoolFields[T]):
-    """The owner check and the reset after a fork: see the module docstring."""
+class Forked(Protocol):
+    """What the fork handling uses of its pool (:class:`greenpool.Pool` is one)."""
 
-    def _check_owner(self) -> None:
-        if not self._owner[0]:
-            self._reset_after_fork()
-        elif self._thread != real_thread_id():
+    @property
+    def address(self) -> Address: ...
+    # Read only: the connections the at-fork hook makes unusable.
+    @property
+    def _available(self) -> deque[Connection[Any]]: ...
+    @property
+    def _in_use(self) -> set[Connection[Any]]: ...
+    # The pieces that start over.
+    @property
+    def _clearing(self) -> Clearing[Any]: ...
+    @property
+    def _maintenance(self) -> Maintenance[Any]: ...
+    @property
+    def _services(self) -> ServiceMap: ...
+
+    def _start_over(self, make_error: Callable[[Address], BaseException]) -> None: ...
+
+
+class ForkGuard:
+    """The owner check and the start over after a fork: see the module docstring."""
+
+    __slots__ = ("__weakref__", "_pool", "mark", "pid", "thread")
+
+    def __init__(self, pool: Forked) -> None:
+        self._pool = pool
+        #: The process the pool belongs to; new connections carry it.
+        self.pid = os.getpid()
+        #: ``mark[0]`` reads 0 once the process has forked.
+        self.mark = owner_mark()
+        #: The OS thread whose gevent hub the pool runs on.
+        self.thread = real_thread_id()
+
+    def track(self) -> None:
+        """Forget the pool's connections in forked children from now on."""
+        _guards.add(self)
+
+    def untrack(self) -> None:
+        _guards.discard(self)
+
+    def check(self) -> None:
+        """The inline owner check failed: start over in a forked child, or
+        refuse use from another OS thread."""
+        if not self.mark[0]:
+            self._start_over()
+        elif self.thread != real_thread_id():
             raise RuntimeError(
-                f"{self!r} was created in OS thread {self._thread} and used from "
+                f"{self._pool!r} was created in OS thread {self.thread} and used from "
                 f"{real_thread_id()}: a pool belongs to one thread's gevent hub"
             )
 
-    def _forget_parent_connections(self) -> None:
+    def forget_parent_connections(self) -> None:
         """Right after a fork, in the child: make every inherited connection
         unusable without I/O on it (closing an inherited descriptor sends
         nothing while the parent holds it). Bookkeeping waits for first use."""
-        for conn in (*self._available, *self._in_use):
-            conn.mark_errored(PoolClearedError.forked(self.address))
+        pool = self._pool
+        for conn in (*pool._available, *pool._in_use):
+            conn.mark_errored(PoolClearedError.forked(pool.address))
             if conn.transport is not None:
                 close_quietly(conn.transport)
-        self._interrupt_pending()
+        pool._clearing.interrupt_pending()
 
-    def _reset_after_fork(self) -> None:
-        """In a forked child, on first use: start clean."""
-        self._pid = os.getpid()
-        self._owner[0] = 1
-        self._thread = real_thread_id()
-        self._forget_parent_connections()
-        for conn in (*self._available, *self._in_use, *self._pending):
-            conn.state = ConnectionState.CLOSED
-        self._available.clear()
-        self._in_use.clear()
-        self._pending.clear()
-        self._filling.clear()
-        self._fillers.clear()
-        self._services.clear()
-        address = self.address
-        self._queue.fail_all(lambda: PoolClearedError.forked(address))
-        self._generation += 1
-        if self._state is PoolState.READY:
-            self._events.pool_cleared(None, False)
-            self._start_maintenance()
-        self._settle()
+    def _start_over(self) -> None:
+        """In a forked child, on first use: own this process, and start clean."""
+        self.pid = os.getpid()
+        self.mark[0] = 1
+        self.thread = real_thread_id()
+        self.forget_parent_connections()
+        pool = self._pool
+        pool._maintenance.start_over()
+        pool._services.start_over()
+        pool._clearing.start_over()
+        pool._start_over(PoolClearedError.forked)

@@ -29,8 +29,7 @@ from greenpool.address import Address, format_address
 from greenpool.pool.holds import Hold, Holder, current_stack, holder_of
 from greenpool.pool.waitqueue import Alarm
 
-__all__ = ["ConnectionHeldTooLongEvent", "Watch", "Watched", "check_threshold", "describe",
-           "watch"]
+__all__ = ["ConnectionHeldTooLongEvent", "Watched", "check_threshold", "describe", "watch"]
 
 _now = time.monotonic
 
@@ -45,18 +44,6 @@ def check_threshold(value: object) -> float | None:
         raise ValueError(f"long_hold_threshold must be None or a finite number of seconds > 0, "
                          f"not {value!r}")
     return float(value)
-
-
-class Watch:
-    """A pool's long-hold watch: its threshold and its watcher greenlet (None
-    until started, and after the pool closed). One field of the pool for
-    both, so that the pool's instance attributes stay few (see fields.py)."""
-
-    __slots__ = ("greenlet", "threshold")
-
-    def __init__(self, threshold: float) -> None:
-        self.threshold = threshold
-        self.greenlet: Any = None
 
 
 class ConnectionHeldTooLongEvent:

@@ -1,24 +1,26 @@
 """Establishment and the background: how connections come to be and go idle.
 
-Establishing runs the caller's connector for a pending connection, in
-whichever greenlet needs it: a checkout's own, or a filler the background run
-spawned. The background is one maintenance greenlet per ready pool
-(``_maintain``): a Background Thread Run (CMAP) whenever the interval
-passes or someone rings ``_alarm``, which closes perished available
-connections and spawns fillers up to minPoolSize; and, with a
-long_hold_threshold, the long-hold watcher (``longholds.py``).
+Establishing (CMAP's "Establishing a Connection") runs the caller's connector
+for a pending connection, in whichever greenlet needs it: a checkout's own, or
+a filler the background run spawned. The background is one maintenance
+greenlet per ready pool (:func:`_maintain`): a Background Thread Run (CMAP)
+whenever the interval passes or someone calls ``wake``, which closes perished
+available connections and spawns fillers up to minPoolSize; and, with a
+``long_hold_threshold``, the long-hold watcher (``longholds.py``).
 
-What lives here: :class:`_Maintenance`, the pool's piece that owns
-``_connector``, ``_on_establish_error``, ``_filling``, ``_alarm``,
-``_maintainer``, ``_fillers`` and the watcher of ``_watch``, and the maintenance
-greenlet's loop. Of the hot path's sets it touches two moves: an
-established connection from ``_pending`` to ``_in_use``, and the pruning of
-``_available``.
+What lives here: :class:`Maintenance`, a part of :class:`greenpool.Pool` (its
+``_maintenance``). It owns the connector and the establishment error handler,
+``filling`` (the pending connections the background run asked for, owed to the
+first waiters), the alarm, and the greenlets: the maintainer, the fillers and
+the long-hold watcher. The pool calls ``establish`` (a checkout's own
+establishment), ``run`` (``Pool.background_run``), ``start`` and ``stop`` (ready,
+close), ``wake`` and ``start_over`` (after a fork); its grants read ``filling``,
+and it drops a connection from it when it stops pending. What it uses of the
+pool, :class:`Maintained` lists: above all the moves of its connection sets.
 
-What must not live here: handoff (a filled connection goes through the hot
-path's ``_return_to_pool``), and any yield while a connection is held
-unreported: ``_establish`` leaves the flush to its caller. Imports: the pool
-core only.
+What must not live here: handoff (a filled connection goes through the pool's
+``_return_to_pool``), and any yield while a connection is held unreported:
+``establish`` leaves the flush to its caller. Imports: the pool core only.
 """
 
 from __future__ import annotations
@@ -26,163 +28,213 @@ from __future__ import annotations
 import logging
 import time
 import weakref
-from collections import deque
-from typing import Any, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import gevent
 from gevent import getcurrent
 from pymongo.monitoring import ConnectionClosedReason as _Closed
 
+from greenpool.address import Address
 from greenpool.errors import PoolClearedError
 from greenpool.pool import longholds
-from greenpool.pool.connection import (
-    Connection,
-    ConnectionState,
-    Transport,
-    close_quietly,
-    perished,
-)
-from greenpool.pool.fields import _PoolFields
+from greenpool.pool.connection import Connection, Connector, ErrorHandler, Transport, close_quietly
+from greenpool.pool.forkmark import OwnerMark
+from greenpool.pool.monitoring import Publisher
+from greenpool.pool.options import PoolOptions
+from greenpool.pool.services import ServiceMap
 from greenpool.pool.waitqueue import Alarm
 
-__all__: list[str] = []
+__all__ = ["Maintained", "Maintenance"]
 
 T = TypeVar("T", bound=Transport)
 
 _now = time.monotonic
 
 
-class _Maintenance(_PoolFields[T]):
+class _Owned(Protocol):
+    pid: int
+    mark: OwnerMark
+
+    def check(self) -> None: ...
+
+
+class Maintained(Protocol):
+    """What establishment and the background run use of their pool
+    (:class:`greenpool.Pool` is one)."""
+
+    @property
+    def address(self) -> Address: ...
+    @property
+    def options(self) -> PoolOptions: ...
+    @property
+    def _events(self) -> Publisher: ...
+    @property
+    def _services(self) -> ServiceMap: ...  # judging, around the SDAM handling of a failure
+    @property
+    def _fork(self) -> _Owned: ...  # the process a connection must be established in
+
+    @property
+    def closed(self) -> bool: ...
+    def background_run(self) -> None: ...  # the maintainer's work, each round
+    # The moves of the pool's connection sets, and its counts.
+    def _create(self) -> Connection[Any]: ...
+    def _established(self, conn: Connection[Any], took: float) -> None: ...
+    def _abandoned(self, conn: Connection[Any]) -> None: ...
+    def _return_to_pool(self, conn: Connection[Any]) -> bool: ...
+    def _prune(self) -> None: ...
+    def _total(self) -> int: ...
+    def _may_create(self) -> bool: ...
+    def _rebalance(self) -> None: ...
+    def _settle(self) -> None: ...
+
+
+class Maintenance(Generic[T]):
     """Establishment and the background run: see the module docstring."""
+
+    __slots__ = ("_pool", "alarm", "connector", "fillers", "filling", "greenlet",
+                 "long_hold_threshold", "on_establish_error", "watcher")
+
+    def __init__(self, pool: Maintained, connector: Connector[T],
+                 on_establish_error: ErrorHandler[T] | None,
+                 long_hold_threshold: float | None) -> None:
+        self._pool = pool
+        self.connector = connector
+        #: Called as ``handler(error, conn)`` when establishing ``conn`` failed.
+        self.on_establish_error = on_establish_error
+        #: The pending connections the background run asked for: owed to the
+        #: first waiters (the pool's grants read it) until handed on.
+        self.filling: set[Connection[T]] = set()
+        #: Rung by ``wake``: the maintainer's sleep ends at once.
+        self.alarm = Alarm()
+        #: The maintainer greenlet (None while the pool is not ready, and
+        #: with a negative backgroundThreadIntervalMS).
+        self.greenlet: Any = None
+        self.fillers: set[Any] = set()
+        #: Seconds a connection may be held before it is reported (None: never).
+        self.long_hold_threshold = long_hold_threshold
+        #: The long-hold watcher greenlet (None until started, and without a threshold).
+        self.watcher: Any = None
 
     # -- establishing -----------------------------------------------------------
 
-    def _establish(self, conn: Connection[T]) -> None:
+    def establish(self, conn: Connection[T]) -> None:
         """Run the connector for pending ``conn`` and make it in use.
 
         On any exception ``conn`` is closed, its slot under maxConnecting and
         maxPoolSize is handed on, and the exception propagates.
         """
+        pool = self._pool
         conn._establisher = getcurrent()
         try:
-            transport = self._connector(conn)
+            transport = self.connector(conn)
         except BaseException as error:
             conn._establisher = None
             self._abandon(conn, error)
             raise
         conn._establisher = None
         conn.transport = transport
-        if conn._pid != self._pid:  # the process forked while connecting
+        if conn._pid != pool._fork.pid:  # the process forked while connecting
             close_quietly(transport)
-            raise PoolClearedError.forked(self.address)
-        # Still "filling" if the maintenance greenlet made it: it is owed to
-        # the first waiter (see _grant) until _fill hands it on.
-        self._pending.discard(conn)
-        # A connector that did not report its hello (handshake_done) gets
-        # its service's generation now.
-        self._take_service_generation(conn)
-        conn.state = ConnectionState.IN_USE
-        self._in_use.add(conn)
-        took = _now() - conn._created_at
-        self._tally.connections_s += took
-        self._events.connection_ready(conn.id, took)
-        # No flush here: a listener could yield and a kill would then strand
-        # this in-use connection; the caller flushes once it owns it.
-        self._rebalance()
+            raise PoolClearedError.forked(pool.address)
+        # Still in ``filling`` if the background run asked for it: owed to the
+        # first waiter until _fill hands it on.
+        pool._established(conn, _now() - conn._created_at)
 
     def _abandon(self, conn: Connection[T], error: BaseException) -> None:
         """A pending connection failed to establish: close it, then hand on."""
-        if conn._pid != self._pid:
-            return  # the process forked; the reset already dropped it
-        tally = self._tally
-        tally.connections_errors += 1
-        tally.connections_s += _now() - conn._created_at
-        self._unpend(conn)
-        conn.state = ConnectionState.CLOSED
-        with self._judged_in_service(conn):
-            self._rebalance()  # hand on the freed slot before anything can yield
-            reason = _Closed.POOL_CLOSED if self.closed else _Closed.ERROR
+        pool = self._pool
+        if conn._pid != pool._fork.pid:
+            return  # the process forked; the start over already dropped it
+        pool._abandoned(conn)
+        with pool._services.judging(conn):
+            pool._rebalance()  # hand on the freed slot before anything can yield
+            reason = _Closed.POOL_CLOSED if pool.closed else _Closed.ERROR
             # A kill gets no SDAM handling, and nothing may yield while a kill
             # propagates (the handler may yield, so a kill can land in it): a
             # listener's yield would let the greenlet's own timeout fire and
             # replace the kill.
             quiet = not isinstance(error, Exception)
+            events = pool._events
             try:
                 # SDAM error handling (which may clear the pool) comes before
                 # ConnectionClosed, as the spec's pool-create-min-size-error orders it.
-                handler = self._on_establish_error
-                if isinstance(error, Exception) and handler is not None and not self.closed:
+                handler = self.on_establish_error
+                if isinstance(error, Exception) and handler is not None and not pool.closed:
                     handler(error, conn)
             except BaseException as escaped:
                 quiet = quiet or not isinstance(escaped, Exception)
                 raise
             finally:
-                self._events.connection_closed(conn.id, reason, error)
+                events.connection_closed(conn.id, reason, error)
                 if quiet:
-                    self._events.flush_later()
+                    events.flush_later()
                 else:
-                    self._events.flush()
+                    events.flush()
 
     # -- the background -----------------------------------------------------------
 
-    def _start_maintenance(self) -> None:
-        watch = self._watch
-        if watch is not None and (watch.greenlet is None or watch.greenlet.dead):
-            watch.greenlet = gevent.spawn(longholds.watch, weakref.ref(self), Alarm())
-        if self.options.background_interval is None:
+    def start(self) -> None:
+        """The pool is ready: start the watcher and the maintainer, and run now."""
+        pool = self._pool
+        threshold = self.long_hold_threshold
+        if threshold is not None and (self.watcher is None or self.watcher.dead):
+            self.watcher = gevent.spawn(longholds.watch, weakref.ref(pool), Alarm())
+        if pool.options.background_interval is None:
             return  # the test hook for "never run"
-        if self._maintainer is None or self._maintainer.dead:
-            self._maintainer = gevent.spawn(_maintain, weakref.ref(self), self._alarm)
-        self._alarm.ring()
+        if self.greenlet is None or self.greenlet.dead:
+            self.greenlet = gevent.spawn(_maintain, weakref.ref(pool), self.alarm)
+        self.alarm.ring()
 
-    def _stop_maintenance(self) -> None:
-        watcher = None
-        if self._watch is not None:
-            watcher, self._watch.greenlet = self._watch.greenlet, None
-        greenlets = [g for g in (self._maintainer, watcher, *self._fillers) if g is not None]
-        self._maintainer = None
-        self._fillers.clear()
+    def stop(self) -> None:
+        """The pool is closed: end every background greenlet."""
+        greenlets = [g for g in (self.greenlet, self.watcher, *self.fillers) if g is not None]
+        self.greenlet = self.watcher = None
+        self.fillers.clear()
         for greenlet in greenlets:
             if greenlet is not getcurrent():
                 greenlet.kill(block=False)
 
-    def background_run(self) -> None:
-        """One Background Thread Run (spec): close perished available
-        connections and start establishing up to minPoolSize. Never waits."""
-        if not self._owner[0]:
-            self._reset_after_fork()
-        if self.closed:
+    def wake(self) -> None:
+        """Run the background now (the maintainer's sleep ends)."""
+        self.alarm.ring()
+
+    def start_over(self) -> None:
+        """After a fork: the parent's fillers and their connections are gone."""
+        self.filling.clear()
+        self.fillers.clear()
+
+    def run(self) -> None:
+        """One Background Thread Run: close perished available connections
+        and start establishing up to minPoolSize. Never waits."""
+        pool = self._pool
+        fork = pool._fork
+        if not fork.mark[0]:
+            fork.check()
+        if pool.closed:
             return
-        now = _now()
-        max_idle = self._max_idle
-        keep: deque[Connection[T]] = deque()
-        for conn in self._available:
-            reason = perished(conn, self.is_stale(conn), max_idle, now)
-            if reason is None:
-                keep.append(conn)
-            else:
-                self._retire(conn, reason)
-        self._available = keep
-        while self._total() < self.options.min_pool_size and self._may_create():
-            conn = self._create()
-            self._filling.add(conn)
+        pool._prune()
+        min_pool_size = pool.options.min_pool_size
+        while pool._total() < min_pool_size and pool._may_create():
+            conn = pool._create()
+            self.filling.add(conn)
             filler = gevent.spawn(self._fill, conn)
-            self._fillers.add(filler)
-            filler.link(self._fillers.discard)
-        self._settle()
+            self.fillers.add(filler)
+            filler.link(self.fillers.discard)
+        pool._settle()
 
     def _fill(self, conn: Connection[T]) -> None:
+        pool = self._pool
         try:
-            self._establish(conn)
+            self.establish(conn)
         except Exception:
             return  # already closed and reported; SDAM handled the error
-        self._filling.discard(conn)
-        self._return_to_pool(conn)
-        self._settle()
+        self.filling.discard(conn)
+        pool._return_to_pool(conn)
+        pool._settle()
 
 
-def _maintain(pool_ref: weakref.ref[_Maintenance[Any]], alarm: Alarm) -> None:
-    """The maintenance greenlet: a Run, then sleep until the interval or a ring.
+def _maintain(pool_ref: weakref.ref[Maintained], alarm: Alarm) -> None:
+    """The maintenance greenlet: a Run, then sleep until the interval or a wake.
 
     It holds the pool weakly: a pool nobody references is collected and its
     maintenance ends with it.

@@ -6,8 +6,10 @@ and nothing here may switch greenlets while the pool is mid-change.
 
 Events are PyMongo's own event classes, delivered to objects implementing
 :class:`pymongo.monitoring.ConnectionPoolListener`, so a listener written for
-PyMongo works unchanged. Only the methods a listener's class overrides are
-called (PyMongo's are abstract), and an event no listener takes is not built.
+PyMongo works unchanged: greenpool calls what PyMongo would call on it, decided
+per listener object (``listeners.py``: a method of its class, one set on the
+instance, one its ``__getattr__`` answers), except PyMongo's abstract stubs, and
+an event no listener takes is not built.
 Each event also produces the spec's log message on the ``greenpool.connection``
 logger at DEBUG: the record's message is the spec's unstructured form, and
 ``record.structured`` holds the structured form (a dict with ``message``,
@@ -44,6 +46,7 @@ from bson.objectid import ObjectId
 from pymongo import monitoring as _m
 
 from greenpool.address import Address
+from greenpool.pool.listeners import Subscribers
 
 __all__ = ["DEBUG", "LOGGER", "EventCounter", "Publisher", "check_listeners", "logs",
            "report_long_hold"]
@@ -110,16 +113,20 @@ class EventCounter(_m.ConnectionPoolListener):
 class Publisher:
     """Builds, queues and delivers one pool's events and log messages."""
 
-    __slots__ = ("_by_method", "_flush_pending", "_outbox", "_sorted", "address", "host",
-                 "listeners", "port")
+    __slots__ = ("_by_method", "_flush_pending", "_sorted", "_subscribers", "address", "host",
+                 "listeners", "outbox", "port")
 
     def __init__(self, address: Address, listeners: Iterable[object] = ()) -> None:
         self.address = address
         self.host, self.port = address
         self.listeners = check_listeners(listeners)
         self._sorted: tuple[object, ...] | None = None
+        self._subscribers = Subscribers((), _CMAP_METHODS)
         self._by_method: dict[str, tuple[object, ...]] = {}
-        self._outbox: deque[Effect] = deque()
+        #: What the next flush delivers, in order. Callers may test it to
+        #: skip a flush with nothing to do (the pool's hot path does); only
+        #: this class changes it.
+        self.outbox: deque[Effect] = deque()
         self._flush_pending = False
 
     @property
@@ -128,19 +135,17 @@ class Publisher:
         return True if self.listeners else logs(DEBUG)
 
     def implementers(self, method: str) -> tuple[object, ...]:
-        """The listeners that implement ``method``: PyMongo's
-        ConnectionPoolListener leaves its methods abstract (they raise
-        NotImplementedError), so a listener that does not override one gets
-        no call, and an event nobody implements is not built. Sorted again whenever
-        ``listeners`` is replaced."""
+        """The listeners that may take ``method``'s events (``listeners.py``
+        decides, per listener object); none: the event is not built. Sorted
+        again whenever ``listeners`` is replaced."""
         by = self._by_method if self._sorted is self.listeners else self._sort()
         return by[method]
 
     def _sort(self) -> dict[str, tuple[object, ...]]:
         # The three checkout events ask inline, as implementers does: a call less each.
-        self._by_method = {
-            name: tuple(each for each in self.listeners if _implements(each, name))
-            for name in _CMAP_METHODS}
+        subscribers = Subscribers(self.listeners, _CMAP_METHODS)
+        self._subscribers = subscribers
+        self._by_method = {name: subscribers.takers(name) for name in _CMAP_METHODS}
         self._sorted = self.listeners
         return self._by_method
 
@@ -148,7 +153,7 @@ class Publisher:
 
     def later(self, effect: Callable[..., None], *args: Any) -> None:
         """Run ``effect(*args)`` at the next flush, after the state change."""
-        self._outbox.append((effect, args))
+        self.outbox.append((effect, args))
 
     def flush_later(self) -> None:
         """Flush from a new greenlet, for code that must not yield.
@@ -157,7 +162,7 @@ class Publisher:
         would let a second exception, such as the greenlet's own
         gevent.Timeout, replace it, and the kill would be lost.
         """
-        if self._outbox and not self._flush_pending:
+        if self.outbox and not self._flush_pending:
             self._flush_pending = True
             gevent.spawn(self._flush_pending_now)
 
@@ -167,7 +172,7 @@ class Publisher:
 
     def flush(self) -> None:
         """Deliver everything queued, in order."""
-        outbox = self._outbox
+        outbox = self.outbox
         while outbox:
             effect, args = outbox.popleft()
             try:
@@ -245,18 +250,22 @@ class Publisher:
     # The three events of every checkout skip the log message's text and
     # fields when the logger is off, and build the event only for listeners.
 
-    def checkout_started(self) -> None:
+    def checkout_started(self) -> bool:
+        """Report that a checkout started; whether anyone listens to this
+        checkout (``active``): its checked-out and checked-in events are
+        reported only then, so that they come in pairs."""
         if not logs(DEBUG):
             by = self._by_method if self._sorted is self.listeners else self._sort()
             if by["connection_check_out_started"]:
-                self._outbox.append((self._notify, (
+                self.outbox.append((self._subscribers.notify, (
                     "connection_check_out_started",
                     _m.ConnectionCheckOutStartedEvent(self.address))))
-        else:
-            self._post("connection_check_out_started",
-                       _m.ConnectionCheckOutStartedEvent(self.address),
-                       {"message": "Connection checkout started"},
-                       f"Checkout started for connection to {self._where()}")
+            return bool(self.listeners)
+        self._post("connection_check_out_started",
+                   _m.ConnectionCheckOutStartedEvent(self.address),
+                   {"message": "Connection checkout started"},
+                   f"Checkout started for connection to {self._where()}")
+        return True
 
     def checkout_failed(self, reason: str, duration: float, error: BaseException | None) -> None:
         if self.active:
@@ -280,7 +289,7 @@ class Publisher:
         if not logs(DEBUG):
             by = self._by_method if self._sorted is self.listeners else self._sort()
             if by["connection_checked_out"]:
-                self._outbox.append((self._notify, (
+                self.outbox.append((self._subscribers.notify, (
                     "connection_checked_out",
                     _m.ConnectionCheckedOutEvent(self.address, conn_id, duration))))
         else:
@@ -298,7 +307,7 @@ class Publisher:
         if not logs(DEBUG):
             by = self._by_method if self._sorted is self.listeners else self._sort()
             if by["connection_checked_in"]:
-                self._outbox.append((self._notify, (
+                self.outbox.append((self._subscribers.notify, (
                     "connection_checked_in", _m.ConnectionCheckedInEvent(self.address, conn_id))))
         else:
             self._post("connection_checked_in", _m.ConnectionCheckedInEvent(self.address, conn_id),
@@ -310,7 +319,7 @@ class Publisher:
 
     def long_hold(self, event: object, text: str, fields: dict[str, Any]) -> None:
         """A connection held too long (see ``longholds.py``)."""
-        self._outbox.append((report_long_hold, (self.listeners, event, text, fields)))
+        self.outbox.append((report_long_hold, (self.listeners, event, text, fields)))
 
     # -- delivery -------------------------------------------------------------
 
@@ -321,7 +330,7 @@ class Publisher:
         fields["serverHost"] = self.host
         if self.port is not None:
             fields["serverPort"] = self.port
-        self._outbox.append((self._deliver, (method, event, fields, text)))
+        self.outbox.append((self._deliver, (method, event, fields, text)))
 
     def _deliver(self, method: str, event: object, fields: dict[str, Any], text: str) -> None:
         if logs(DEBUG):
@@ -329,11 +338,11 @@ class Publisher:
         self._notify(method, event)
 
     def _notify(self, method: str, event: object) -> None:
-        for listener in self.implementers(method):
-            try:
-                getattr(listener, method)(event)
-            except Exception:
-                _ERRORS.exception("greenpool: listener %r raised in %s", listener, method)
+        # The three checkout events post their listeners' notify directly
+        # (sorted when posted): a call less each.
+        if self._sorted is not self.listeners:
+            self._sort()
+        self._subscribers.notify(method, event)
 
 
 #: The ConnectionPoolListener methods, one per CMAP event.
@@ -341,12 +350,6 @@ _CMAP_METHODS = (
     "pool_created", "pool_ready", "pool_cleared", "pool_closed", "connection_created",
     "connection_ready", "connection_closed", "connection_check_out_started",
     "connection_check_out_failed", "connection_checked_out", "connection_checked_in")
-
-
-def _implements(listener: object, method: str) -> bool:
-    """Whether ``listener``'s class overrides PyMongo's abstract ``method``."""
-    return getattr(type(listener), method, None) is not getattr(
-        _m.ConnectionPoolListener, method)
 
 
 def report_long_hold(listeners: Iterable[object], event: object, text: str,

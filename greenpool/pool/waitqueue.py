@@ -191,6 +191,15 @@ class WaitQueue(Generic[T]):
         self.waiting += 1
         return slot
 
+    def join_first(self, since: float) -> Slot[T]:
+        """A new slot at the front of the line, for a waiter served before
+        everyone who waits now (one that must wait again after it was
+        served, as GreenPool's checkout whose idle connection had perished)."""
+        slot: Slot[T] = Slot(self, since)
+        self._slots.appendleft(slot)
+        self.waiting += 1
+        return slot
+
     def oldest_since(self) -> float | None:
         """When the longest-waiting live slot's waiter started waiting, if any."""
         for slot in self._slots:

@@ -86,12 +86,11 @@ class HoldingPool(BasePool):
 
     def report(self) -> PoolReport:
         """:meth:`holders` and the waiters (see :meth:`greenpool.Pool.report`)."""
-        queues: tuple[WaitQueue[Any], ...] = (self._gp_new, self._gp_held)
-        since = [s for s in (queue.oldest_since() for queue in queues) if s is not None]
+        queue = self._gp_queue
+        since = queue.oldest_since()
         return PoolReport(
-            address=self.address, holders=snapshot(self._holds()),
-            waiting=sum(queue.waiting for queue in queues),
-            oldest_wait=time.monotonic() - min(since) if since else None,
+            address=self.address, holders=snapshot(self._holds()), waiting=queue.waiting,
+            oldest_wait=None if since is None else time.monotonic() - since,
             in_use=self.active_sockets, available=len(self.conns), pending=self._pending,
             max_pool_size=int(self.opts.max_pool_size or 0))
 
@@ -123,6 +122,5 @@ class HoldingPool(BasePool):
         report_long_hold(() if listeners is None else listeners.event_listeners(), event,
                          text, fields)
 
-    # Declared for the type checker: GreenPool's wait queues.
-    _gp_new: WaitQueue[Any]
-    _gp_held: WaitQueue[Any]
+    # Declared for the type checker: GreenPool's wait queue.
+    _gp_queue: WaitQueue[Any]

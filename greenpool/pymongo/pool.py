@@ -1,14 +1,22 @@
 """GreenPool: PyMongo's application pool with greenpool's FIFO handoff and kill safety.
 
-Rules of this module: :class:`GreenPool` and its grants, and nothing else. It
-subclasses PyMongo's pool (``before_4_18.BasePool``, through ``holders.HoldingPool``,
-which keeps who holds its connections) and replaces only the waiting and the
-accounting: ``_get_conn``, ``checkin``, ``_reset``, ``ready`` and
-``remove_stale_sockets``. Connecting (socket, TLS, handshake, auth, error labels),
-perished checks, pinning, generations, events and logs remain PyMongo's code, so CMAP
-events reach PyMongo listeners and the ``pymongo.connection`` log exactly as with the
-stock pool. The waiting itself is :mod:`greenpool.pool.waitqueue`'s (the same FIFO
-deliver-once slots the core pool uses). PyMongo's internals come from ``internals.py``.
+Rules of this module: :class:`GreenPool`, its grants and its counters, and nothing
+else. It subclasses PyMongo's pool (``before_4_18.BasePool``, through
+``holders.HoldingPool``, which keeps who holds its connections) and replaces only the
+waiting and the accounting: ``_get_conn``, ``checkin``, ``_reset``, ``ready`` and
+``remove_stale_sockets``. PyMongo's internals come from ``internals.py``.
+
+The seam: what stays PyMongo's
+------------------------------
+Connecting (socket, TLS, handshake, auth, error labels), the perished check of an
+idle connection (``_perished``, which closes it), pinning (the checkout context's
+exit counts ``ncursors`` and ``ntxns``), generations, events and logs remain PyMongo's
+code, so CMAP events reach PyMongo listeners and the ``pymongo.connection`` log
+exactly as with the stock pool. Each of them may yield (a listener, a socket), so
+GreenPool calls them only where it holds nothing it has not counted, and never from
+the handoff. Everything else is greenpool's: who gets what frees up is
+:mod:`greenpool.pool.handoff`'s policy, the same one :class:`greenpool.Pool` applies,
+and the waiting is :mod:`greenpool.pool.waitqueue`'s FIFO of deliver-once slots.
 
 Why a subclass rather than :class:`greenpool.Pool` behind a facade
 ------------------------------------------------------------------
@@ -23,23 +31,28 @@ authoritative for everything except the wait queue.
 
 How the accounting stays right
 ------------------------------
-The pool runs on one gevent hub and switches greenlets only where one
-blocks. Every change of ``requests`` (permits: checked-out connections plus
-connections being made), ``active_sockets`` (permits held by checkouts),
-``_pending`` (connections being made, at most maxConnecting),
-``operation_count`` and the idle deque happens between two blocking points,
-so it needs no lock; the stock conditions are never waited on. A checkout
-either takes what is free at once (only when nobody queues) or joins a FIFO
-queue, and whatever frees up is delivered, with its counters already applied,
-to the oldest waiter (``_gp_pump``). A waiter that leaves (kill, timeout,
-cleared pool) gives back exactly what was delivered to it before anything can
-yield. Events and socket closes, which may yield into listeners, come after
-the bookkeeping.
+The pool runs on one gevent hub and switches greenlets only where one blocks.
+PyMongo's counters (``requests``: permits, i.e. checked-out connections plus
+connections being made; ``active_sockets``: permits held by checkouts;
+``_pending``: connections being made, at most maxConnecting; ``operation_count``;
+``ncursors``, ``ntxns``) live in a :class:`Book`, one per process: the pool's
+attributes of those names read and write the current book. Every change happens
+between two blocking points, so it needs no lock; the stock conditions are never
+waited on.
 
-Fork: PyMongo's after-fork hook builds a new topology in the child, so the
-child gets new pools through ``keywords.pool_factory``. An old pool used in the
-child (a connection checked out in the parent and checked in in the child)
-starts over with zeroed counters and never counts the parent's connections.
+A checkout takes a grant (a permit with an idle connection or a connection slot)
+at once only when nobody queues; else it joins the one FIFO queue, and whatever
+frees up is delivered, with its counters already applied, to the oldest waiter
+(``handoff.serve``). A checkout whose idle connection had perished gives its
+permit back and waits again at the front of the line, where the permit comes
+back to it with the next connection or slot. Whatever fails gives back exactly
+what it holds, to the book it took it from, before anything can yield.
+
+Fork: PyMongo's after-fork hook builds a new topology in the child, so the child
+gets new pools through ``keywords.pool_factory``. An old pool used in the child (a
+connection checked out in the parent and checked in in the child) starts over
+with a new book, a new queue and no checked-out connections: what the parent's
+checkouts give back goes to the parent's book, so the child's counts stay right.
 """
 
 from __future__ import annotations
@@ -52,6 +65,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeAlias
 from gevent import getcurrent
 from pymongo.errors import AutoReconnect, WaitQueueTimeoutError
 
+from greenpool.pool import handoff
 from greenpool.pool.holds import acquire_site
 from greenpool.pool.waitqueue import Slot, Turns, WaitQueue, WaitTimedOut
 from greenpool.pymongo.holders import HoldingPool
@@ -72,6 +86,7 @@ if TYPE_CHECKING:
     from greenpool.pymongo.internals import _ClientCheckout
 
 _READY = PoolState.READY
+_IDLE = handoff.Grant.IDLE
 _CONN_ERROR_TEXT = "An error occurred while trying to establish a new connection"
 
 
@@ -89,6 +104,35 @@ class _Paused(Exception):
     """A waiter's slot failed because the pool was cleared (paused) or closed."""
 
 
+class Book:
+    """PyMongo's pool counters for one process's life of a pool."""
+
+    __slots__ = ("active_sockets", "ncursors", "ntxns", "operation_count", "pending",
+                 "requests")
+
+    def __init__(self) -> None:
+        self.requests = 0
+        self.active_sockets = 0
+        self.pending = 0
+        self.operation_count = 0
+        self.ncursors = 0
+        self.ntxns = 0
+
+
+class _Counter:
+    """One of PyMongo's pool attributes, kept in the pool's current :class:`Book`."""
+
+    def __init__(self, field: str) -> None:
+        self.field = field
+
+    def __get__(self, pool: Any, owner: type | None = None) -> int:
+        value: int = getattr(pool._gp_book, self.field)
+        return value
+
+    def __set__(self, pool: Any, value: int) -> None:
+        setattr(pool._gp_book, self.field, value)
+
+
 class GreenPool(HoldingPool):
     """PyMongo's application pool with greenpool's FIFO handoff and kill safety.
 
@@ -97,78 +141,76 @@ class GreenPool(HoldingPool):
     message (``active_sockets``, ``ncursors``, ``ntxns``) read them unchanged.
     """
 
+    requests = _Counter("requests")
+    active_sockets = _Counter("active_sockets")
+    _pending = _Counter("pending")
+    operation_count = _Counter("operation_count")
+    ncursors = _Counter("ncursors")
+    ntxns = _Counter("ntxns")
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._gp_book = Book()  # before PyMongo's __init__ sets the counters
         super().__init__(*args, **kwargs)
-        # Checkouts waiting for a permit (a slot under maxPoolSize).
-        self._gp_new: WaitQueue[Grant] = WaitQueue()
-        # Checkouts that hold a permit but whose idle connection had perished:
-        # they wait for another idle connection or a slot under maxConnecting.
-        self._gp_held: WaitQueue[Grant] = WaitQueue()
-        # Bumped after a fork: counters changed before it are not undone after it.
-        self._gp_epoch = 0
+        #: Checkouts waiting for a grant, oldest first.
+        self._gp_queue: WaitQueue[Grant] = WaitQueue()
         self._gp_turns = Turns()
 
-    # -- the policy: never yields ------------------------------------------------
+    # -- the handoff: never yields ---------------------------------------------------
+
+    def _gp_grant(self, waiting: int = 1) -> Grant | None:
+        """What ``handoff.grant`` gives the oldest of ``waiting`` checkouts
+        now, counted in the current book: an idle connection or a slot to
+        connect, each with a permit (None: nothing, or the pool is not ready)."""
+        if self.state != _READY:
+            return None
+        book = self._gp_book
+        granted = handoff.grant(len(self.conns), book.requests, book.pending,
+                                self.max_pool_size, self._max_connecting, waiting)
+        if granted is None:
+            return None
+        grant: Grant
+        if granted is _IDLE:
+            grant = self.conns.popleft()
+        else:
+            book.pending += 1
+            grant = CREATE
+        book.requests += 1
+        book.active_sockets += 1
+        return grant
 
     def _gp_pump(self) -> None:
         """Deliver whatever is free to the oldest waiters, counters included."""
-        if self.state != _READY:
-            return
-        held, new, conns = self._gp_held, self._gp_new, self.conns
-        while held.waiting:
-            if conns:
-                held.deliver(conns.popleft())
-            elif self._pending < self._max_connecting:
-                self._pending += 1
-                held.deliver(CREATE)
-            else:
-                return
-        while new.waiting:
-            if conns:
-                grant: Grant = conns.popleft()
-            elif self.requests < self.max_pool_size and self._pending < self._max_connecting:
-                self._pending += 1
-                grant = CREATE
-            else:
-                return
-            self.requests += 1
-            self.active_sockets += 1
-            new.deliver(grant)
+        handoff.serve(self._gp_queue, self._gp_grant)
 
-    def _gp_take_free(self) -> Grant | None:
-        """A free idle connection or connection slot, with its permit; only
-        when nobody queues (a newcomer never overtakes a waiter)."""
-        if self._gp_new.waiting or self._gp_held.waiting:
-            return None
-        grant: Grant
-        if self.conns:
-            grant = self.conns.popleft()
-        elif self.requests < self.max_pool_size and self._pending < self._max_connecting:
-            self._pending += 1
-            grant = CREATE
-        else:
-            return None
-        self.requests += 1
-        self.active_sockets += 1
-        return grant
-
-    def _gp_give_back(self, grant: Grant | None, with_permit: bool, epoch: int) -> None:
-        """Undo a grant its waiter will not use (no yield)."""
-        if grant is None or epoch != self._gp_epoch:
-            return
+    def _gp_give_back(self, book: Book, grant: Grant | None) -> None:
+        """Give back a permit (and ``grant``, when its checkout will not use
+        it) to the book it came from, then hand on what freed up (no yield)."""
         if grant is CREATE:
-            self._pending -= 1
-        else:
+            book.pending -= 1
+        elif grant is not None:
             assert isinstance(grant, Connection)
             self.conns.appendleft(grant)
-        if with_permit:
-            self.requests -= 1
-            self.active_sockets -= 1
+        book.requests -= 1
+        book.active_sockets -= 1
         self._gp_pump()
 
-    def _gp_wait(self, queue: WaitQueue[Grant], deadline: float | None, started: float,
-                 epoch: int) -> Grant:
-        slot: Slot[Grant] = queue.join(started)
+    def _gp_wait(self, book: Book, deadline: float | None, started: float,
+                 again: bool = False) -> Grant:
+        """A grant for this checkout: at once if nobody waits and something is
+        free, else the one it is delivered in line. ``again``: this checkout
+        held a permit whose idle connection perished; it waits at the front
+        (it was served before everyone waiting now) and gives the permit back
+        there, so the permit returns to it with the next connection or slot."""
+        queue = self._gp_queue
+        if again:
+            slot: Slot[Grant] = queue.join_first(started)
+            self._gp_give_back(book, None)
+        else:
+            if not queue.waiting:
+                grant = self._gp_grant()
+                if grant is not None:
+                    return grant
+            slot = queue.join(started)
         timeout = None if deadline is None else deadline - time.monotonic()
         try:
             return slot.wait(timeout)
@@ -178,7 +220,9 @@ class GreenPool(HoldingPool):
             self._raise_wait_queue_timeout(started)
         except BaseException:
             # Killed, or failed by a clear: hand on anything delivered meanwhile.
-            self._gp_give_back(slot.abandon(), queue is self._gp_new, epoch)
+            leftover = slot.abandon()
+            if leftover is not None:
+                self._gp_give_back(book, leftover)
             raise
 
     def _gp_raise_paused(self) -> NoReturn:
@@ -187,17 +231,13 @@ class GreenPool(HoldingPool):
             timeout_details=_get_timeout_details(self.opts),
         )
 
-    def _gp_fail_waiters(self) -> None:
-        self._gp_held.fail_all(_Paused)
-        self._gp_new.fail_all(_Paused)
-
     # -- overrides ---------------------------------------------------------------
 
     def _get_conn(
         self, checkout_started_time: float, handler: _ClientCheckout | None = None
     ) -> Connection:
         started = checkout_started_time
-        if self.state == _READY and not (self._gp_new.waiting or self._gp_held.waiting):
+        if self.state == _READY and not self._gp_queue.waiting:
             # Fair turns, only where a checkout could take without queueing:
             # may yield once, before anything is checked, counted or held.
             self._gp_turns.take()
@@ -217,79 +257,68 @@ class GreenPool(HoldingPool):
             deadline = time.monotonic() + self.opts.wait_queue_timeout
         else:
             deadline = None
-
-        # Stage 1: a permit, with an idle connection or a connection slot.
-        epoch = self._gp_epoch
-        self.operation_count += 1
-        grant: Grant | None = None
+        book = self._gp_book
+        book.operation_count += 1
+        granted = False  # reporting as PyMongo's pool: a kill before any grant emits nothing
         try:
-            grant = self._gp_take_free()
-            if grant is None:
-                grant = self._gp_wait(self._gp_new, deadline, started, epoch)
+            grant = self._gp_wait(book, deadline, started)
+            granted = True
+            conn = self._gp_use(grant, book, deadline, started, handler)
         except BaseException as error:
-            if epoch == self._gp_epoch:
-                self.operation_count -= 1
-            if not isinstance(error, _Paused):
-                raise
-        if grant is None:  # failed by a clear while waiting
-            self._telemetry.checkout_failed(_CONN_ERROR_TEXT, Failed.CONN_ERROR, started)
-            self._gp_raise_paused()
+            book.operation_count -= 1
+            if isinstance(error, _Paused) or (
+                    granted and not isinstance(error, WaitQueueTimeoutError)):
+                # (A timeout reported itself, in _raise_wait_queue_timeout.)
+                self._telemetry.checkout_failed(_CONN_ERROR_TEXT, Failed.CONN_ERROR, started)
+            if isinstance(error, _Paused):
+                self._gp_raise_paused()
+            raise
+        return conn
 
-        # Stage 2: the permit is ours; every failure below returns it first.
-        conn: Connection | None = None
-        reported = False
+    def _gp_use(self, grant: Grant, book: Book, deadline: float | None, started: float,
+                handler: _ClientCheckout | None) -> Connection:
+        """Turn a grant into a checked-out connection: connect, or check an
+        idle one and wait again if it perished. Holding the grant's permit,
+        every failure gives it back first."""
+        while True:
+            try:
+                conn = self._gp_connection(grant, book, handler)
+            except BaseException:
+                self._gp_give_back(book, None)
+                raise
+            if conn is not None:
+                break
+            # PyMongo closed the idle connection as perished (it may have yielded).
+            if self.state != _READY or book is not self._gp_book:
+                self._gp_give_back(book, None)
+                raise _Paused
+            grant = self._gp_wait(book, deadline, started, again=True)
         try:
-            # From here the grant is _gp_use_grant's: it gives it back on failure.
-            conn = self._gp_use_grant(grant, epoch, deadline, started, handler)
             conn.active = True
             self.active_contexts.add(conn.cancel_context)
             # Checked out, with its hold record (holders.py): who, since when, where.
             self._gp_out[conn] = (getcurrent(), time.monotonic(),
-                                  acquire_site() if self._gp_sites else None)
-        except BaseException as error:
-            reported = isinstance(error, WaitQueueTimeoutError)
-            if epoch == self._gp_epoch:
-                self.requests -= 1
-                self.active_sockets -= 1
-                self.operation_count -= 1
-                self._gp_pump()
-            if conn is not None:
-                conn.close_conn(Closed.ERROR)
-            if not reported:
-                self._telemetry.checkout_failed(_CONN_ERROR_TEXT, Failed.CONN_ERROR, started)
+                                  acquire_site(3) if self._gp_sites else None)
+        except BaseException:
+            self._gp_give_back(book, None)
+            conn.close_conn(Closed.ERROR)
             raise
         return conn
 
-    def _gp_use_grant(self, grant: Grant, epoch: int, deadline: float | None, started: float,
-                      handler: _ClientCheckout | None) -> Connection:
-        """Turn a grant into a usable connection: connect, or check an idle
-        one and replace it if it perished. The caller holds the permit."""
-        while True:
-            if grant is CREATE:
+    def _gp_connection(self, grant: Grant, book: Book,
+                       handler: _ClientCheckout | None) -> Connection | None:
+        """The connection of ``grant``: a new one (connect, PyMongo's), or the
+        idle one unless PyMongo's ``_perished`` closed it (None)."""
+        if grant is CREATE:
+            try:
                 if self.state != _READY:  # cleared between the grant and now
-                    self._gp_give_back(grant, False, epoch)
-                    self._gp_raise_paused()
-                try:
-                    return self.connect(handler=handler)
-                finally:
-                    if epoch == self._gp_epoch:
-                        self._pending -= 1
-                        self._gp_pump()
-            assert isinstance(grant, Connection)
-            if not self._perished(grant):  # closes it (and may yield) if perished
-                return grant
-            if self.state != _READY:
-                self._gp_raise_paused()
-            if self.conns:
-                grant = self.conns.popleft()
-            elif self._pending < self._max_connecting and not self._gp_held:
-                self._pending += 1
-                grant = CREATE
-            else:
-                try:
-                    grant = self._gp_wait(self._gp_held, deadline, started, epoch)
-                except _Paused:
-                    self._gp_raise_paused()
+                    raise _Paused
+                return self.connect(handler=handler)
+            finally:
+                book.pending -= 1
+                self._gp_pump()
+        assert isinstance(grant, Connection)
+        return None if self._perished(grant) else grant
 
     def checkin(self, conn: Connection) -> None:
         if self.pid != os.getpid():
@@ -307,13 +336,14 @@ class GreenPool(HoldingPool):
         conn.active = conn.pinned_txn = conn.pinned_cursor = False
         self._pinned_sockets.discard(conn)
         self.active_contexts.discard(conn.cancel_context)
+        book = self._gp_book
         if txn:
-            self.ntxns -= 1
+            book.ntxns -= 1
         elif cursor:
-            self.ncursors -= 1
-        self.requests -= 1
-        self.active_sockets -= 1
-        self.operation_count -= 1
+            book.ncursors -= 1
+        book.requests -= 1
+        book.active_sockets -= 1
+        book.operation_count -= 1
         close_reason: str | None = None
         closed_by_error = False
         if self.closed:
@@ -350,20 +380,19 @@ class GreenPool(HoldingPool):
                            interrupt_connections=interrupt_connections)
         finally:
             if self.state != _READY:
-                self._gp_fail_waiters()  # those who queued while it yielded
+                self._gp_queue.fail_all(_Paused)  # those who queued while it yielded
             else:
                 self._gp_pump()
 
     def _gp_start_over(self) -> None:
-        """In a forked child: the parent's checkouts are not ours to undo."""
-        self._gp_epoch += 1
-        self.requests = self._pending = self.active_sockets = self.operation_count = 0
-        self.ncursors = self.ntxns = 0
+        """In a forked child: a new book, a new line, no checkouts. What the
+        parent's checkouts give back goes to the parent's book."""
+        self._gp_book = Book()
         self._pinned_sockets.clear()
         self._gp_out = weakref.WeakKeyDictionary()
-        # Greenlets copied from the parent may sit in the old queues; they
+        # Greenlets copied from the parent may sit in the old queue; they
         # belong to the parent's hub state and are never woken.
-        self._gp_new, self._gp_held = WaitQueue(), WaitQueue()
+        self._gp_queue = WaitQueue()
 
     def ready(self) -> None:
         try:
@@ -385,27 +414,27 @@ class GreenPool(HoldingPool):
                 conn.close_conn(Closed.IDLE)
         min_size = self.opts.min_pool_size
         while True:
-            if (self._gp_new or self._gp_held or self.state != _READY
-                    or len(self.conns) + self.active_sockets >= min_size
-                    or self.requests >= min_size or self.requests >= self.max_pool_size
-                    or self._pending >= self._max_connecting):
+            book = self._gp_book
+            if (self._gp_queue.waiting or self.state != _READY
+                    or len(self.conns) + book.active_sockets >= min_size
+                    or book.requests >= min_size
+                    or not handoff.may_create(book.requests, book.pending,
+                                              self.max_pool_size, self._max_connecting)):
                 return
-            epoch = self._gp_epoch
-            self.requests += 1
-            self._pending += 1
+            book.requests += 1
+            book.pending += 1
             made: Connection | None = None
             try:
                 made = self.connect()
             finally:
-                if epoch == self._gp_epoch:
-                    self.requests -= 1
-                    self._pending -= 1
-                    if (made is not None and self.state == _READY
-                            and self.gen.get_overall() == reference_generation):
-                        self.active_contexts.discard(made.cancel_context)
-                        self.conns.appendleft(made)
-                        made = None
-                    self._gp_pump()
+                book.requests -= 1
+                book.pending -= 1
+                if (made is not None and self.state == _READY
+                        and self.gen.get_overall() == reference_generation):
+                    self.active_contexts.discard(made.cancel_context)
+                    self.conns.appendleft(made)
+                    made = None
+                self._gp_pump()
             if made is not None:
                 made.close_conn(Closed.STALE)
                 return
