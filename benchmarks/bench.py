@@ -547,7 +547,7 @@ def server(uri: str | None) -> Iterator[str]:
     if uri:
         yield uri
         return
-    from greenpool.cli.embedded import EmbeddedServer
+    from greenpool.testing import EmbeddedServer
 
     with EmbeddedServer() as embedded:
         yield embedded.uri

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import greenpool
-from greenpool.cli.embedded import EmbeddedServer
+from greenpool.testing import EmbeddedServer
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -59,7 +59,7 @@ def test_html_builds_without_warnings(spec_report: Path, tmp_path: Path) -> None
     for name in greenpool.__all__:
         if name != "__version__":
             assert f'id="greenpool.{name}"' in api, name
-    assert 'id="greenpool.cli.embedded.EmbeddedServer"' in api
+    assert 'id="greenpool.testing.EmbeddedServer"' in api
     page = (tmp_path / "conformance.html").read_text()
     assert "tests/test_cmap_spec.py" in page
     assert "pool-checkout-connection" in page  # one of the CMAP spec's own tests

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 import greenpool
-from greenpool.cli.embedded import EmbeddedServer
 from greenpool.errors import ConfigurationError
+from greenpool.testing import EmbeddedServer
 from greenpool.wire.connector import connect
 from greenpool.wire.link import LinkOptions
 
@@ -94,7 +94,7 @@ def test_a_taken_port_is_refused() -> None:
 
 PARENT = textwrap.dedent("""
     import sys, time
-    from greenpool.cli.embedded import EmbeddedServer
+    from greenpool.testing import EmbeddedServer
     with EmbeddedServer() as server:
         print(server.pid, server._directory, flush=True)
         time.sleep(120)

@@ -38,11 +38,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import quote
 
+from greenpool import _moved
 from greenpool.errors import ConfigurationError
 from greenpool.wire.connector import connect
 from greenpool.wire.link import LinkOptions
 
-__all__ = ["EmbeddedServer", "free_port", "secantusd_executable"]
+# EmbeddedServer's public path is greenpool.testing.EmbeddedServer (see the end).
+__all__ = ["free_port", "main", "secantusd_executable"]
 
 HOST = "127.0.0.1"
 
@@ -324,3 +326,8 @@ def main(argv: Sequence[str]) -> int:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         server.stop()
+
+
+# The docs once showed this module's path for the class: read from outside greenpool, it
+# warns and names the public one.
+_moved.moved_names(__name__, EmbeddedServer="greenpool.testing.EmbeddedServer")
