@@ -68,7 +68,10 @@ def test_a_command_started_before_the_server_is_up_runs_when_it_is(
         ping.join(10)
         done = time.monotonic()
         assert ping.successful(), ping.exception
-        assert done - up < MIN_HEARTBEAT_FREQUENCY + 0.3, f"{done - up:.2f} s after the server"
+        # At the next check, every MIN_HEARTBEAT_FREQUENCY (0.5 s): far from both other
+        # ends, heartbeatFrequencyMS (10 s) and the selection timeout (8 s); half the
+        # shorter is a bound a busy machine meets.
+        assert done - up < 4, f"{done - up:.2f} s after the server"
         # Each failed check was a round of selection's loop, spaced as the spec says.
         starts = [e for e in events.events if isinstance(e, _m.ServerHeartbeatStartedEvent)]
         assert len(starts) >= 3
@@ -129,7 +132,9 @@ def test_closing_ends_every_selection_at_once() -> None:
     started = time.monotonic()
     waiters = [gevent.spawn(client.topology.select) for _ in range(10)]
     gevent.joinall(waiters, timeout=5)
-    assert closing and time.monotonic() - started < 2
+    # At the close, far from serverSelectionTimeoutMS (10 s): half of it is a bound a
+    # busy machine meets.
+    assert closing and time.monotonic() - started < 5
     assert all(isinstance(w.exception, ServerSelectionTimeoutError) for w in waiters)
     assert all("closed" in str(w.exception) for w in waiters)
 
@@ -232,7 +237,10 @@ def test_load_balanced_commands_reach_a_service_as_soon_as_it_is_back(
             lb.proxy.set_mode(backend, "up")
         back = time.monotonic()
         assert client.command("admin", {"ping": 1})["ok"] == 1
-        assert time.monotonic() - back < 0.5
+        # At once, not after a wait for a check no monitor would make: that wait would
+        # end only at serverSelectionTimeoutMS (30 s); a sixth of it is a bound a busy
+        # machine meets.
+        assert time.monotonic() - back < 5
 
 
 # -- a scripted server: what mongod does that SecantusDB does not -----------------------
@@ -302,7 +310,9 @@ def test_a_write_is_retried_with_its_transaction_id_after_a_labelled_stepdown(
         gevent.spawn_later(0.2, stepping.step, True)
         started = time.monotonic()
         assert client.command("db", {"insert": "c", "documents": [{}]})["n"] == 1
-        assert time.monotonic() - started < MIN_HEARTBEAT_FREQUENCY + 0.4
+        # After the monitor's next quick check (every MIN_HEARTBEAT_FREQUENCY while an
+        # operation waits), far from heartbeatFrequencyMS (10 s), the next regular one.
+        assert time.monotonic() - started < 5
     first, refused, retried = stepping.inserts
     assert refused["lsid"] == retried["lsid"] and refused["txnNumber"] == retried["txnNumber"]
     assert refused["txnNumber"] == first["txnNumber"] + 1, "a new number per write"
