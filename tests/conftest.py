@@ -7,6 +7,9 @@ monkey.patch_all()
 import gevent  # noqa: E402
 import pytest  # noqa: E402
 
+# The long runs, left out unless asked for (tests/slow_tests.py).
+pytest_plugins = ["tests.slow_tests"]
+
 # A run without the spec files says so loudly, and fails in CI (tests/spec_files.py).
 from tests.spec_files import (  # noqa: E402, F401
     pytest_runtest_logreport,
