@@ -1,7 +1,7 @@
 """Import paths greenpool's documentation once showed, kept working with a warning.
 
-What lives here: :data:`MOVED_MODULES`, the modules past documentation imported from
-that greenpool no longer has, each name with its public path; the finder that makes each
+What lives here: :data:`MOVED_MODULES`, modules that earlier documentation imported from
+and the package does not have, each name with its public path; the finder that makes each
 of them an alias module (``greenpool/__init__.py`` installs it); and :func:`moved_names`,
 for a name whose module is still greenpool's own but whose public path is elsewhere
 (``greenpool.cli.embedded.EmbeddedServer``, the command line's, public as
