@@ -25,10 +25,10 @@ _T = TypeVar("_T")
 #: the floor of benchmarks/bench.py uses too. Modules with public entry points (the Client,
 #: sessions, ``greenpool.timeout``, ``LinkOptions``) stay pure: compiled, a wrongly typed
 #: argument would get mypyc's TypeError instead of greenpool's message naming the value,
-#: and they add little (benchmarks/recorded/2026-11-26-cpu.md: about 2,000 of 28,000
-#: instructions saved per ping). The pool's hot path (``pool/checkout.py``) is not here:
-#: it is one of the mixins of :class:`greenpool.Pool`, and mypyc compiles neither a class
-#: with several native bases nor a generic non-native one.
+#: and they add little (benchmarks/recorded/ has the instructions each saves). The pool's
+#: hot path (``pool/checkout.py``) is not here: it is one of the mixins of
+#: :class:`greenpool.Pool`, and mypyc compiles neither a class with several native bases
+#: nor a generic non-native one.
 MODULES = (
     "greenpool.client.operations",
     "greenpool.client.topology",
