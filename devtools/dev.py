@@ -66,10 +66,9 @@ import subprocess
 import sys
 import time
 import venv
-from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 from xml.etree import ElementTree
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -160,7 +159,9 @@ def setup(where: Path = VENV, *, extras: str = "test", locked: bool = True,
         if base is None:
             venv.EnvBuilder(with_pip=True).create(where)
         else:
-            run(base, "-m", "venv", where)
+            # Copies, as EnvBuilder makes them: a program that re-executes its own binary
+            # (uWSGI's reload) then stays in the environment, not its base Python.
+            run(base, "-m", "venv", "--copies", where)
     constraints = ["--constraint", str(LOCK)] if locked else []
     run(python, "-m", "pip", "install", "--quiet", "--upgrade", "pip", *constraints)
     run(python, "-m", "pip", "install", "--quiet", "-e", f".[{extras}]", *constraints)
@@ -233,8 +234,7 @@ def test(args: list[str]) -> None:
                f"pymongo {installed}: the main run's")
 
 
-@dataclass
-class Job:
+class Job(NamedTuple):
     """One run of a matrix: its name, its command and its environment."""
 
     name: str

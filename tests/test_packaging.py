@@ -75,6 +75,8 @@ def test_wheel_contents(dists: tuple[Path, Path]) -> None:
     assert "Provides-Extra: demo" in metadata
 
 
+# A pip install from the package index, then the demo: minutes on a busy machine.
+@pytest.mark.timeout(600)
 def test_wheel_installs_and_runs(dists: tuple[Path, Path],
                                  tmp_path: Path) -> None:
     wheel, _ = dists

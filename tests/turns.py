@@ -72,13 +72,16 @@ def assert_fair_turns(pool: Any) -> None:
 
 
 def switches_during(call: Callable[[], Any]) -> int:
-    """How many greenlet switches happened while ``call()`` ran: 0 means it never yielded
-    (it returned without letting any other greenlet, or the hub, run)."""
+    """How many times the calling greenlet switched away while ``call()`` ran: 0 means it
+    never yielded (it returned without letting any other greenlet, or the hub, run); 1,
+    that it waited for one turn of the hub. Other greenlets' switches meanwhile do not
+    count."""
     switches = 0
+    caller = greenlet.getcurrent()
 
     def trace(event: str, args: Any) -> None:
         nonlocal switches
-        if event in ("switch", "throw"):
+        if event in ("switch", "throw") and args[0] is caller:
             switches += 1
 
     previous = greenlet.settrace(trace)
