@@ -589,7 +589,7 @@ def server(uri: str | None) -> Iterator[str]:
     if uri:
         yield uri
         return
-    from greenpool.cli.embedded import EmbeddedServer
+    from greenpool.testing import EmbeddedServer
 
     with EmbeddedServer() as embedded:
         yield embedded.uri

@@ -395,7 +395,7 @@ def main() -> None:
     import pymongo
 
     sys.path.insert(0, str(ROOT))  # the proxy of the tests (tests/lb_proxy.py)
-    from greenpool.cli.embedded import EmbeddedServer
+    from greenpool.testing import EmbeddedServer
     from tests.lb_proxy import LBProxy
 
     load = os.getloadavg()

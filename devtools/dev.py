@@ -8,7 +8,9 @@
     python3 devtools/dev.py faults  # restarts, partitions, stepdowns per route (not a test)
     python3 devtools/dev.py pymongo-suite [VERSION]  # PyMongo's own tests, stock vs greenpool
     python3 devtools/dev.py cooperative   # the hub-block test, slow servers, its table
-    python3 devtools/dev.py gevent-matrix [VERSION...]  # greenpool's tests on each gevent
+    python3 devtools/dev.py gevent-matrix [VERSION...|--ci]  # greenpool's tests per gevent
+    python3 devtools/dev.py python-matrix [VERSION...]  # the whole suite on each other Python
+    python3 devtools/dev.py slow    # the long runs the test command leaves out
     python3 devtools/dev.py drift   # the suite on the newest versions allowed, vs the lock
     python3 devtools/dev.py lock    # write constraints.txt anew from the newest versions
 
@@ -34,8 +36,16 @@ pure).
 ``gevent-matrix`` runs GEVENT_TESTS on the latest patch of every gevent minor release
 from the floor setup.cfg requires to the newest (GEVENT_MATRIX; the main environment's
 own release is the test command's), each installed the same way into
-``.venv-gevent/<version>``, and ends with a table of results and times; CI runs it after
-``test``.
+``.venv-gevent/<version>``, and ends with a table of results and times; CI runs
+``gevent-matrix --ci`` (GEVENT_CI) after ``test``.
+
+``python-matrix`` runs the whole suite on every other Python release setup.cfg names
+(PYTHON_MATRIX), each in ``.venv-py<version>`` with the lock; it finds each interpreter
+in pyenv's versions or on PATH, and fails naming any it cannot find.
+
+``slow`` runs the tests marked ``slow``, which the test command leaves out.
+
+docs/development.rst says all this at more length.
 
 ``drift`` resolves the newest versions the package allows into ``.venv-drift``
 (the lock not applied), prints what changed against the lock, runs the test
@@ -58,6 +68,7 @@ import time
 import venv
 from datetime import date
 from pathlib import Path
+from typing import Any, NamedTuple
 from xml.etree import ElementTree
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -90,6 +101,14 @@ COMPILED_TESTS = ("tests/test_compiled.py", "tests/test_client.py",
                   "tests/test_collection_wire.py", "tests/test_pool.py",
                   "tests/test_cmap_spec.py", "tests/test_kill_safety.py",
                   "tests/test_waitqueue.py")
+#: How many runs of a matrix (PyMongo, gevent, Python) run at once: their tests mostly wait
+#: on servers and timers, so two share a 2-core machine ($GREENPOOL_MATRIX_JOBS overrides).
+MATRIX_JOBS = int(os.environ.get("GREENPOOL_MATRIX_JOBS", "2"))
+#: Each matrix run's output.
+LOGS = ROOT / "build" / "logs"
+#: The Python releases setup.cfg names (tests/test_packaging.py checks they agree): the
+#: test command runs on the one running this script, ``python-matrix`` on the others.
+PYTHON_MATRIX = ("3.11", "3.12", "3.13")
 GEVENT_OVERLAYS = ROOT / ".venv-gevent"
 #: The latest patch of every gevent minor release with a wheel for Python 3.11, from the
 #: floor setup.cfg requires (tests/test_packaging.py checks they agree) to the newest, the
@@ -102,6 +121,9 @@ GEVENT_MATRIX: dict[str, tuple[str, ...]] = {
     "25.5.1": (), "25.8.2": (), "25.9.1": (), "26.4.0": (), "26.5.0": (), "26.7.0": (),
     "26.8.0": (), "26.9.0": (),
 }
+#: The releases CI runs (``gevent-matrix --ci``): the floor, one in the middle and the newest
+#: but one (the newest is the lock's, the test command's); ``gevent-matrix`` runs them all.
+GEVENT_CI = ("22.10.2", "24.11.1", "26.8.0")
 #: What each gevent release runs: the pool, its wait queue, kills at every yield point,
 #: fork, maintenance and fair turns, the CMAP spec, the Client with its sockets and
 #: timeouts, the PyMongo adapter, and a preforking server's gevent workers (uWSGI's; the
@@ -120,10 +142,12 @@ def run(*args: str | Path, env: dict[str, str] | None = None) -> None:
         sys.exit(result.returncode)
 
 
-def setup(where: Path = VENV, *, extras: str = "test", locked: bool = True) -> Path:
-    """Create ``where`` and install greenpool with ``extras``, at the lock's
-    versions (or the newest allowed, unlocked), if not done for the current
-    setup.cfg, pyproject.toml and lock. Returns the environment's python."""
+def setup(where: Path = VENV, *, extras: str = "test", locked: bool = True,
+          base: Path | None = None) -> Path:
+    """Create ``where`` (with the interpreter ``base``, else this one) and install
+    greenpool with ``extras``, at the lock's versions (or the newest allowed,
+    unlocked), if not done for the current setup.cfg, pyproject.toml and lock.
+    Returns the environment's python."""
     python = where / "bin" / "python"
     suffix = "" if extras == "test" else "-" + extras.replace(",", "-")
     stamp = where / f".greenpool-installed{suffix}"
@@ -133,7 +157,12 @@ def setup(where: Path = VENV, *, extras: str = "test", locked: bool = True) -> P
         return python
     if not python.exists():
         print(f"creating {where}", flush=True)
-        venv.EnvBuilder(with_pip=True).create(where)
+        if base is None:
+            venv.EnvBuilder(with_pip=True).create(where)
+        else:
+            # Copies, as EnvBuilder makes them: a program that re-executes its own binary
+            # (uWSGI's reload) then stays in the environment, not its base Python.
+            run(base, "-m", "venv", "--copies", where)
     constraints = ["--constraint", str(LOCK)] if locked else []
     run(python, "-m", "pip", "install", "--quiet", "--upgrade", "pip", *constraints)
     run(python, "-m", "pip", "install", "--quiet", "-e", f".[{extras}]", *constraints)
@@ -177,13 +206,15 @@ def test(args: list[str]) -> None:
     run(PYTHON, "-m", "pytest", *args, env=env)
     if args:
         return
+    jobs = []
     reason = cannot_compile()
     if reason is None:
         build_compiled()
         print(f"+ compiled ({COMPILED.relative_to(ROOT)}): {' '.join(COMPILED_TESTS)}",
               flush=True)
-        run(PYTHON, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--import-mode=append",
-            *COMPILED_TESTS, env=compiled_env(env))
+        jobs.append(Job("compiled", [PYTHON, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                                     "--import-mode=append", *COMPILED_TESTS],
+                        compiled_env(env)))
     else:
         print(f"+ NOT TESTED: the compiled build, as {reason}", flush=True)
     installed = subprocess.run(
@@ -193,11 +224,56 @@ def test(args: list[str]) -> None:
         if version == installed:
             continue  # the run above
         tests = ADAPTER_TESTS + URI_TESTS + (BASE_TESTS if version == PYMONGO_MATRIX[0] else ())
-        print(f"+ with pymongo {version}: {' '.join(tests)}", flush=True)
         matrix_env = first_on_path(env, pymongo_overlay(version))
         run(PYTHON, "-c", f"import pymongo; assert pymongo.version == {version!r}, "
             "pymongo.__file__", env=matrix_env)
-        run(PYTHON, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests, env=matrix_env)
+        jobs.append(Job(f"pymongo-{version}", [PYTHON, "-m", "pytest", "-q", "-p",
+                                                "no:cacheprovider", *tests], matrix_env))
+    print(f"+ the PyMongo matrix: {' '.join(ADAPTER_TESTS + URI_TESTS)} on each release, "
+          f"and {' '.join(BASE_TESTS)} on {PYMONGO_MATRIX[0]}", flush=True)
+    run_matrix("The compiled build and PyMongo", jobs,
+               f"pymongo {installed}: the main run's")
+
+
+class Job(NamedTuple):
+    """One run of a matrix: its name, its command and its environment."""
+
+    name: str
+    command: list[str | Path]
+    env: dict[str, str]
+
+
+def run_jobs(jobs: list[Job]) -> list[tuple[str, int, float]]:
+    """Run ``jobs``, MATRIX_JOBS at a time, each with its output in ``build/logs/NAME.log``;
+    as each ends, say how, with the tail of its log if it failed. Returns (name, exit
+    status, seconds) rows in the order of ``jobs``."""
+    LOGS.mkdir(parents=True, exist_ok=True)
+    waiting = list(jobs)
+    running: dict[str, tuple[subprocess.Popen[bytes], float, Any]] = {}
+    rows: dict[str, tuple[str, int, float]] = {}
+    while waiting or running:
+        while waiting and len(running) < MATRIX_JOBS:
+            job = waiting.pop(0)
+            log = open(LOGS / f"{job.name}.log", "wb")  # noqa: SIM115 (closed when it ends)
+            print(f"+ {job.name}: {' '.join(str(a) for a in job.command)}", flush=True)
+            process = subprocess.Popen([str(a) for a in job.command], cwd=ROOT, env=job.env,
+                                       stdout=log, stderr=subprocess.STDOUT)
+            running[job.name] = (process, time.monotonic(), log)
+        time.sleep(0.5)
+        for name, (process, started, log) in list(running.items()):
+            if process.poll() is None:
+                continue
+            log.close()
+            del running[name]
+            seconds = time.monotonic() - started
+            rows[name] = (name, process.returncode, seconds)
+            lines = (LOGS / f"{name}.log").read_text(errors="replace").splitlines()
+            verdict = "passed" if process.returncode == 0 else f"FAILED ({process.returncode})"
+            print(f"  {name}: {verdict} in {seconds:.0f} s: {lines[-1] if lines else ''} "
+                  f"(log: {(LOGS / f'{name}.log').relative_to(ROOT)})", flush=True)
+            if process.returncode:
+                print("\n".join(lines[-80:]), flush=True)
+    return [rows[job.name] for job in jobs]
 
 
 def compile_build(args: list[str]) -> None:
@@ -256,35 +332,100 @@ def compiled_env(env: dict[str, str]) -> dict[str, str]:
 
 
 def gevent_matrix(args: list[str]) -> None:
-    """GEVENT_TESTS on every release of GEVENT_MATRIX (or those named) but the main
-    environment's own (the test command runs the whole suite on that one), each
-    installed once, without its dependencies, into ``.venv-gevent/<version>`` and put
-    first on the main environment's PYTHONPATH; a table of the results and times."""
+    """GEVENT_TESTS on every release of GEVENT_MATRIX (or those named, or with ``--ci``
+    GEVENT_CI's) but the main environment's own (the test command runs the whole suite on
+    that one), each installed once, without its dependencies, into
+    ``.venv-gevent/<version>`` and put first on the main environment's PYTHONPATH; a
+    table of the results and times."""
+    if args == ["--ci"]:
+        args = list(GEVENT_CI)
     unknown = [version for version in args if version not in GEVENT_MATRIX]
     if unknown:
         sys.exit(f"not in GEVENT_MATRIX: {', '.join(unknown)}")
     installed = subprocess.run([str(PYTHON), "-c", "import gevent; print(gevent.__version__)"],
                                capture_output=True, text=True, check=True).stdout.strip()
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
-    rows = []
+    jobs = []
     for version in args or [v for v in GEVENT_MATRIX if v != installed]:
         where = overlay(GEVENT_OVERLAYS / version, f"gevent=={version}", *GEVENT_MATRIX[version])
         matrix_env = first_on_path(env, where)
         run(PYTHON, "-c", f"import gevent; assert gevent.__version__ == {version!r}, "
             "gevent.__file__", env=matrix_env)
-        print(f"+ with gevent {version}: {' '.join(GEVENT_TESTS)}", flush=True)
-        started = time.monotonic()
-        result = subprocess.run([str(PYTHON), "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                                 *GEVENT_TESTS], cwd=ROOT, env=matrix_env)
-        rows.append((version, result.returncode, time.monotonic() - started))
-    print(f"\ngevent   result   time (s)   ({installed}: the main environment's, "
-          "in the test command)")
-    for version, code, seconds in rows:
-        print(f"{version:8} {'passed' if code == 0 else f'FAILED ({code})':8} {seconds:8.0f}")
+        jobs.append(Job(f"gevent-{version}", [PYTHON, "-m", "pytest", "-q", "-p",
+                                               "no:cacheprovider", *GEVENT_TESTS], matrix_env))
+    print(f"+ the gevent matrix: {' '.join(GEVENT_TESTS)} on each release", flush=True)
+    run_matrix("gevent", jobs, f"{installed}: the main environment's, in the test command")
+
+
+def python_matrix(args: list[str]) -> None:
+    """The whole test suite on every release of PYTHON_MATRIX (or those named) but the one
+    running this script (the test command's), each in ``.venv-py<version>`` with the lock;
+    a table of the results and times."""
+    unknown = [version for version in args if version not in PYTHON_MATRIX]
+    if unknown:
+        sys.exit(f"not in PYTHON_MATRIX {PYTHON_MATRIX}: {', '.join(unknown)}")
+    running = "{}.{}".format(*sys.version_info[:2])
+    versions = args or [version for version in PYTHON_MATRIX if version != running]
+    interpreters = {version: find_python(version) for version in versions}
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    jobs = [Job(f"python-{version}", [setup(ROOT / f".venv-py{version}", base=base), "-m",
+                                      "pytest", "-q", "-p", "no:cacheprovider"], env)
+            for version, base in interpreters.items()]
+    print(f"+ the Python matrix: the whole suite on {', '.join(interpreters)}", flush=True)
+    run_matrix("Python", jobs, f"{running}: this one's, in the test command")
+
+
+def find_python(version: str) -> Path:
+    """The interpreter of Python ``version`` ("3.12"): the newest patch of it among pyenv's
+    versions, else ``python3.12`` on PATH if it runs as that release; else exit naming
+    the release and where it was looked for."""
+    looked = []
+    for root in pyenv_roots():
+        found = [path for path in (root / "versions").glob(f"{version}.*/bin/python{version}")
+                 if path.parents[1].name.removeprefix(f"{version}.").isdigit()]
+        if found:
+            return max(found, key=lambda path: int(path.parents[1].name.split(".")[2]))
+        looked.append(f"{root / 'versions'}/{version}.*")
+    on_path = shutil.which(f"python{version}")
+    if on_path is not None:
+        probe = subprocess.run([on_path, "-c", "import sys; print(*sys.version_info[:2], "
+                                "sep='.')"], capture_output=True, text=True)
+        if probe.returncode == 0 and probe.stdout.strip() == version:
+            return Path(on_path)
+        looked.append(f"python{version} on PATH ({on_path}: it does not run as {version}: "
+                      f"{(probe.stderr or probe.stdout).strip().splitlines()[0]})")
+    else:
+        looked.append(f"python{version} on PATH")
+    sys.exit(f"python-matrix: no Python {version} here; looked in: {'; '.join(looked)}. "
+             f"Install it (pyenv install {version}), or name the releases to run.")
+
+
+def pyenv_roots() -> list[Path]:
+    """Where pyenv keeps its versions: $PYENV_ROOT, ``pyenv root``, ~/.pyenv (each once)."""
+    roots = [os.environ.get("PYENV_ROOT")]
+    pyenv = shutil.which("pyenv")
+    if pyenv is not None:
+        roots.append(subprocess.run([pyenv, "root"], capture_output=True, text=True)
+                     .stdout.strip())
+    roots.append(str(Path.home() / ".pyenv"))
+    unique = dict.fromkeys(Path(root).resolve() for root in roots if root)
+    return [root for root in unique if (root / "versions").is_dir()]
+
+
+def run_matrix(what: str, jobs: list[Job], note: str) -> None:
+    """Run a matrix's ``jobs`` (:func:`run_jobs`), print a table of the results and times,
+    and exit non-zero if any failed."""
+    started = time.monotonic()
+    rows = run_jobs(jobs)
+    elapsed = time.monotonic() - started
+    print(f"\n{'run':16} {'result':11} time (s)   ({note})")
+    for name, code, seconds in rows:
+        print(f"{name:16} {'passed' if code == 0 else f'FAILED ({code})':11} {seconds:8.0f}")
     failed = sum(1 for _, code, _ in rows if code)
-    print(f"total: {sum(seconds for *_, seconds in rows) / 60:.1f} min")
-    print(f"gevent matrix: {len(rows) - failed} passed, {failed} failed")
-    sys.exit(bool(failed))
+    print(f"{what} matrix: {len(rows) - failed} passed, {failed} failed, in "
+          f"{elapsed / 60:.1f} min ({MATRIX_JOBS} at a time)")
+    if failed:
+        sys.exit(1)
 
 
 def bench(args: list[str]) -> None:
@@ -300,6 +441,14 @@ def faults(args: list[str]) -> None:
 def pymongo_suite(args: list[str]) -> None:
     """PyMongo's test suite on both routes (devtools/pymongo_suite.py; --help)."""
     run(PYTHON, "devtools/pymongo_suite.py", *args)
+
+
+def slow(args: list[str]) -> None:
+    """The tests marked slow, which the test command leaves out (tests/slow_tests.py);
+    ``args`` go to pytest."""
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    run(PYTHON, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--slow", "-m", "slow", *args,
+        env=env)
 
 
 def cooperative(args: list[str]) -> None:
@@ -417,7 +566,8 @@ def pymongo_releases_beyond_matrix(python: Path) -> list[str]:
 
 JOBS = {"bench": bench, "compile": compile_build, "cooperative": cooperative, "demo": demo,
         "drift": drift, "faults": faults, "gevent-matrix": gevent_matrix, "lock": lock,
-        "pymongo-suite": pymongo_suite, "test": test}
+        "pymongo-suite": pymongo_suite, "python-matrix": python_matrix, "slow": slow,
+        "test": test}
 
 
 def main() -> None:

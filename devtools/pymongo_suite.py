@@ -5,10 +5,11 @@
 
 1. Fetches the ``test/`` folder of PyMongo ``VERSION`` (default: the one in
    ``.venv``) from its sdist on PyPI (``pip download --no-binary :all:``) into
-   ``.cache/pymongo-suite/VERSION/`` (git-ignored; never part of this repository).
+   ``~/.cache/greenpool/pymongo-suite/VERSION/`` (SHARED: shared by the user's clones;
+   never part of this repository).
 2. Installs that PyMongo, gevent and what its tests need (the sdist's
    ``requirements/test.txt``, capped per TOOLING_CAPS for old suites) into the cached venv
-   ``.venv-pymongo-suite-VERSION``; greenpool comes from this checkout (PYTHONPATH).
+   ``SHARED/venv-VERSION-pyX.Y``; greenpool comes from this checkout (PYTHONPATH).
 3. Per topology mode, starts SecantusDB on free ports of 127.0.0.1: ``rs`` (a one-node
    replica set: transactions), ``single`` (a standalone), ``lb`` (a standalone behind
    tests/lb_proxy.py's load balancer as one service, PyMongo's ``SINGLE_MONGOS_LB_URI``,
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import fcntl
 import itertools
 import json
 import os
@@ -43,11 +45,18 @@ import tempfile
 import time
 import venv
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-CACHE = ROOT / ".cache" / "pymongo-suite"
+#: Each run's logs and outcomes, in this clone (git-ignored).
+RUNS = ROOT / ".cache" / "pymongo-suite" / "runs"
+#: Each release's test folder and environment, shared by the clones of one user: they take
+#: minutes to fetch and install, and never change ($GREENPOOL_CACHE, else
+#: $XDG_CACHE_HOME/greenpool, else ~/.cache/greenpool).
+SHARED = Path(os.environ.get("GREENPOOL_CACHE") or Path(
+    os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "greenpool") / "pymongo-suite"
 MODES = ("rs", "single", "lb")
 ROUTES = ("stock", "greenpool")
 # The venv gets what the sdist's own requirements/test.txt declares (pytest,
@@ -82,11 +91,20 @@ def run(*args: str | Path, **kwargs: Any) -> None:
     subprocess.run([str(a) for a in args], check=True, **kwargs)
 
 
+@contextlib.contextmanager
+def shared(version: str) -> Iterator[None]:
+    """Hold SHARED's lock for ``version``: two clones never fetch or install it at once."""
+    SHARED.mkdir(parents=True, exist_ok=True)
+    with open(SHARED / f"{version}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def fetch_tests(version: str) -> Path:
-    """``.cache/pymongo-suite/VERSION`` holding the sdist's ``test/``, ``pyproject.toml``
-    (PyMongo's pytest configuration) and ``requirements/test.txt`` (what its tests need),
+    """``SHARED/VERSION`` holding the sdist's ``test/``, ``pyproject.toml`` (PyMongo's
+    pytest configuration) and ``requirements/test.txt`` (what its tests need),
     downloaded once."""
-    where = CACHE / version
+    where = SHARED / version
     if (where / ".complete").exists() and (where / ".complete").read_text() == f"{version} 2":
         return where
     with tempfile.TemporaryDirectory(prefix="pymongo-sdist-") as scratch:
@@ -138,9 +156,10 @@ def suite_requirements(version: str, tests: Path) -> list[str]:
 
 
 def suite_python(version: str, tests: Path) -> Path:
-    """The python of ``.venv-pymongo-suite-VERSION``, created and filled once (again when
-    what it should hold changed: pip then moves the tooling to what is wanted)."""
-    where = ROOT / f".venv-pymongo-suite-{version}"
+    """The python of ``SHARED/venv-VERSION-pyX.Y`` (this Python's release), created and
+    filled once (again when what it should hold changed: pip then moves the tooling to
+    what is wanted)."""
+    where = SHARED / "venv-{}-py{}.{}".format(version, *sys.version_info[:2])
     python = where / "bin" / "python"
     stamp = where / ".suite-installed"
     requirements = [f"pymongo=={version}", *suite_requirements(version, tests)]
@@ -582,18 +601,19 @@ def main() -> int:
         if getattr(args, name) <= 0:
             parser.error(f"--{name.replace('_', '-')} must be positive, not "
                          f"{getattr(args, name)}")
-    tests = fetch_tests(version)
-    available = all_modules(tests)
-    modules = args.modules.split(",") if args.modules else available
-    for module in modules:
-        if module not in available:
-            parser.error(f"--modules: PyMongo {version} has no test/{module}")
-    python = suite_python(version, tests)
+    with shared(version):
+        tests = fetch_tests(version)
+        available = all_modules(tests)
+        modules = args.modules.split(",") if args.modules else available
+        for module in modules:
+            if module not in available:
+                parser.error(f"--modules: PyMongo {version} has no test/{module}")
+        python = suite_python(version, tests)
     # One folder per run: two runs at once (the test command's and a full one) never
     # share a file.
-    (CACHE / "runs").mkdir(parents=True, exist_ok=True)
+    RUNS.mkdir(parents=True, exist_ok=True)
     logs = Path(tempfile.mkdtemp(prefix=f"{version}-{time.strftime('%Y%m%dT%H%M%S')}-",
-                                 dir=CACHE / "runs"))
+                                 dir=RUNS))
     print(f"pytest logs and outcomes of each module: {logs}", flush=True)
 
     import gevent

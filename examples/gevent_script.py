@@ -14,7 +14,7 @@ import sys
 import gevent
 
 import greenpool
-from greenpool.cli.embedded import EmbeddedServer
+from greenpool.testing import EmbeddedServer
 
 
 def main(uri: str) -> None:

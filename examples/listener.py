@@ -25,8 +25,8 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import Histogram, InMemoryMetricReader, Sum
 
 import greenpool
-from greenpool.cli.embedded import EmbeddedServer
 from greenpool.otel import ConnectionMetrics
+from greenpool.testing import EmbeddedServer
 
 # Prometheus spells OpenTelemetry units as name suffixes; "{connection}" and
 # the like are annotations and add nothing.

@@ -14,7 +14,7 @@ import logging
 import sys
 
 import greenpool
-from greenpool.cli.embedded import EmbeddedServer
+from greenpool.testing import EmbeddedServer
 
 
 class JSONLines(logging.Handler):

@@ -18,7 +18,7 @@ from typing import Any
 from gevent.pywsgi import WSGIServer
 
 import greenpool
-from greenpool.cli.embedded import EmbeddedServer
+from greenpool.testing import EmbeddedServer
 
 
 def make_app(client: greenpool.Client) -> Any:

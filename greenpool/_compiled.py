@@ -25,8 +25,8 @@ _T = TypeVar("_T")
 #: the floor of benchmarks/bench.py uses too. Modules with public entry points (the Client,
 #: sessions, ``greenpool.timeout``, ``LinkOptions``) stay pure: compiled, a wrongly typed
 #: argument would get mypyc's TypeError instead of greenpool's message naming the value,
-#: and they add little (benchmarks/recorded/2026-11-26-cpu.md: about 2,000 of 28,000
-#: instructions saved per ping). The pool's hot path (``pool/pool.py``) is one class,
+#: and they add little (benchmarks/recorded/ has the instructions each
+#: saves). The pool's hot path (``pool/pool.py``) is one class,
 #: which mypyc compiles, but it stays pure for the same reason and one more: ``Pool`` is
 #: a public entry point (compiled, ``Pool(..., long_hold_threshold="5")`` gets mypyc's
 #: TypeError instead of greenpool's message), and its hold records read Python frames,

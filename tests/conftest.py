@@ -10,6 +10,9 @@ import pytest  # noqa: E402
 # The pool's tests run with and without a listener (tests/listening.py).
 from tests.listening import listening  # noqa: E402, F401
 
+# The long runs, left out unless asked for (tests/slow_tests.py).
+pytest_plugins = ["tests.slow_tests"]
+
 # A run without the spec files says so loudly, and fails in CI (tests/spec_files.py).
 from tests.spec_files import (  # noqa: E402, F401
     pytest_runtest_logreport,

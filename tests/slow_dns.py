@@ -60,6 +60,10 @@ class SlowDNSServer:
         self.ttl = ttl
         #: Every query received: (name without the final dot, type, "udp" or "tcp").
         self.queries: list[tuple[str, str, str]] = []
+        #: How many answers went out, and the most queries held at once.
+        self.answered = 0
+        self.most_at_once = 0
+        self._held = 0
         self._udp: DatagramServer | None = None
         self._tcp: StreamServer | None = None
 
@@ -121,8 +125,14 @@ class SlowDNSServer:
         question = query.question[0]
         self.queries.append((question.name.to_text(omit_final_dot=True),
                              dns.rdatatype.to_text(question.rdtype), transport))
-        gevent.sleep(self.delay)
+        self._held += 1
+        self.most_at_once = max(self.most_at_once, self._held)
+        try:
+            gevent.sleep(self.delay)
+        finally:
+            self._held -= 1
         answer: bytes = respond(query, self.zone, self.ttl).to_wire()
+        self.answered += 1
         return answer
 
     def _serve_udp(self, data: bytes, address: Any) -> None:

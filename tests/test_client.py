@@ -316,12 +316,11 @@ def test_check_timeout_interrupts_in_use_connections(
                        connectTimeoutMS=300)
     with Client(uri, event_listeners=[events]) as client:
         client.command("admin", {"ping": 1})
+        # Interrupted: the server would have answered after its 3 s block instead.
         with failpoint(mongodb_uri, fail(app_name, ["ping", "hello"], {"times": 2},
-                                         blockConnection=True, blockTimeMS=3000)):
-            started = time.monotonic()
-            with pytest.raises(PoolClearedError) as interrupted:
-                client.command("admin", {"ping": 1})
-            assert time.monotonic() - started < 2.5
+                                         blockConnection=True, blockTimeMS=3000)), \
+                pytest.raises(PoolClearedError) as interrupted:
+            client.command("admin", {"ping": 1})
         assert "interrupted" in str(interrupted.value)
         assert events.of(_m.PoolClearedEvent)[0].interrupt_connections is True
 
@@ -385,7 +384,8 @@ def test_server_killed_and_restarted(app_name: str, events: AllEvents) -> None:
             killed_at = time.monotonic()
             gevent.joinall(work, timeout=10)
             assert all(g.ready() for g in work), "an operation hung"
-            assert time.monotonic() - killed_at < 2
+            # At once, far from the server's 5 s block, which nothing waited out.
+            assert time.monotonic() - killed_at < 4
             errors = [type(g.exception) for g in work]
             assert errors.count(AutoReconnect) == 5, errors
             assert errors.count(PoolClearedError) == 35, errors
@@ -593,7 +593,9 @@ def test_close_does_not_wait_for_an_unreachable_server(app_name: str) -> None:
             client.command("admin", {"ping": 1})  # the server is Unknown now
         started = time.monotonic()
         client.close()
-        assert time.monotonic() - started < 1.0
+        # Far from serverSelectionTimeoutMS (5 s), which a close that waited for the
+        # server would take: half of it is a bound a busy machine meets.
+        assert time.monotonic() - started < 2.5
         assert client.closed and session.ended and not any(c.alive for c in cursors)
         assert client.stats().state == "closed"
 

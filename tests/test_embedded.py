@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 import greenpool
-from greenpool.cli.embedded import EmbeddedServer
 from greenpool.errors import ConfigurationError
+from greenpool.testing import EmbeddedServer
 from greenpool.wire.connector import connect
 from greenpool.wire.link import LinkOptions
 
@@ -47,9 +47,21 @@ def ping(uri: str) -> None:
         assert client.command("admin", {"ping": 1})["ok"] == 1
 
 
-def test_fifty_stops_each_under_a_second() -> None:
+def test_ten_stops_each_under_a_second_and_a_half() -> None:
+    stops_each_within(10)
+
+
+@pytest.mark.slow
+def test_fifty_stops_each_under_a_second_and_a_half() -> None:
+    stops_each_within(50)
+
+
+def stops_each_within(count: int) -> None:
+    """``count`` servers started and stopped, each while a connection to it is open: each
+    stop takes SIGTERM's grace (0.3 s) and a SIGKILL. A second and a half is a bound a busy
+    machine meets and still below the seconds SecantusDB takes to exit on SIGTERM alone."""
     stops = []
-    for _ in range(50):
+    for _ in range(count):
         server = EmbeddedServer().start()
         pid, directory = server.pid, server._directory
         assert pid is not None and directory is not None and directory.is_dir()
@@ -62,7 +74,7 @@ def test_fifty_stops_each_under_a_second() -> None:
         link.close()
         assert gone(pid), "the server process outlived stop()"
         assert not directory.exists(), "stop() left the server's directory"
-    assert max(stops) < 1.0, sorted(stops)[-5:]
+    assert max(stops) < 1.5, sorted(stops)[-5:]
 
 
 def test_stop_is_idempotent_and_start_refuses_twice() -> None:
@@ -94,7 +106,7 @@ def test_a_taken_port_is_refused() -> None:
 
 PARENT = textwrap.dedent("""
     import sys, time
-    from greenpool.cli.embedded import EmbeddedServer
+    from greenpool.testing import EmbeddedServer
     with EmbeddedServer() as server:
         print(server.pid, server._directory, flush=True)
         time.sleep(120)

@@ -39,6 +39,15 @@ def server() -> Iterator[ServerProcess]:
         yield process
 
 
+def wait_until(condition: Any, timeout: float) -> None:
+    """Wait until ``condition()`` holds, looking every 10 ms; past ``timeout`` seconds (a
+    guard against a hang, not a bound on the time taken) AssertionError."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"not so after {timeout} s"
+        gevent.sleep(0.01)
+
+
 def warm(client: Client, count: int) -> None:
     """Open ``count`` connections, so that as many commands can be in flight at once."""
     client.topology.select()
@@ -68,7 +77,10 @@ def test_a_command_started_before_the_server_is_up_runs_when_it_is(
         ping.join(10)
         done = time.monotonic()
         assert ping.successful(), ping.exception
-        assert done - up < MIN_HEARTBEAT_FREQUENCY + 0.3, f"{done - up:.2f} s after the server"
+        # At the next check, every MIN_HEARTBEAT_FREQUENCY (0.5 s): far from both other
+        # ends, heartbeatFrequencyMS (10 s) and the selection timeout (8 s); half the
+        # shorter is a bound a busy machine meets.
+        assert done - up < 4, f"{done - up:.2f} s after the server"
         # Each failed check was a round of selection's loop, spaced as the spec says.
         starts = [e for e in events.events if isinstance(e, _m.ServerHeartbeatStartedEvent)]
         assert len(starts) >= 3
@@ -129,7 +141,9 @@ def test_closing_ends_every_selection_at_once() -> None:
     started = time.monotonic()
     waiters = [gevent.spawn(client.topology.select) for _ in range(10)]
     gevent.joinall(waiters, timeout=5)
-    assert closing and time.monotonic() - started < 2
+    # At the close, far from serverSelectionTimeoutMS (10 s): half of it is a bound a
+    # busy machine meets.
+    assert closing and time.monotonic() - started < 5
     assert all(isinstance(w.exception, ServerSelectionTimeoutError) for w in waiters)
     assert all("closed" in str(w.exception) for w in waiters)
 
@@ -175,11 +189,21 @@ def test_reads_come_back_the_moment_the_server_does(server: ServerProcess) -> No
     """Every connection reset and new ones refused for a while, as in a restart, under
     20 greenlets reading: the reads in flight and those waiting for a connection are
     retried (each waits in selection, within serverSelectionTimeoutMS), so none
-    surfaces an error; every reader reads again within half a second of the server's
-    return, and the pool reopens at most maxPoolSize connections (plus the monitor's)."""
+    surfaces an error; every reader reads again at the monitor's first good check after
+    the server's return (within minHeartbeatFrequencyMS, half a second: selection asks for
+    a check every round), before any later check, and the pool reopens at most
+    maxPoolSize connections (plus the monitor's)."""
+
+    class GoodChecks(_m.ServerHeartbeatListener):
+        started = failed = lambda self, event: None
+
+        def succeeded(self, event: Any) -> None:
+            good_checks.append(time.monotonic())
+
+    good_checks: list[float] = []
     with LBProxy([server.address], relay_only=True) as proxy:
         uri = with_options(proxy.uri, maxPoolSize=5, serverSelectionTimeoutMS=5000)
-        with Client(uri) as client:
+        with Client(uri, event_listeners=[GoodChecks()]) as client:
             client.command("db", {"insert": "r", "documents": [{"_id": 1}]})
             stop = False
             back = float("inf")
@@ -206,12 +230,16 @@ def test_reads_come_back_the_moment_the_server_does(server: ServerProcess) -> No
             gevent.sleep(0.7)
             proxy.set_mode(0, "up")
             back = time.monotonic()
-            gevent.sleep(MIN_HEARTBEAT_FREQUENCY + 0.4)
+            wait_until(lambda: all(first_read_after_back), timeout=10)
             stop = True
             gevent.joinall(readers, timeout=10, raise_error=True)
             assert not errors, errors[:3]
-            assert all(first_read_after_back), "a reader did not read again"
-            assert max(first_read_after_back) - back < MIN_HEARTBEAT_FREQUENCY + 0.3
+            # Order, not seconds: after the first good check since the server came back
+            # and before any later one (the next regular check is heartbeatFrequencyMS,
+            # 10 s, away).
+            checks_after = [t for t in good_checks if t > back]
+            assert checks_after and min(first_read_after_back) > checks_after[0]
+            assert len(checks_after) == 1 or max(first_read_after_back) < checks_after[1]
             reconnects = [t for t in proxy.backends[0].accepted_at[accepted_before:]
                           if t >= back]
             assert len(reconnects) <= 5 + 1, len(reconnects)
@@ -232,7 +260,10 @@ def test_load_balanced_commands_reach_a_service_as_soon_as_it_is_back(
             lb.proxy.set_mode(backend, "up")
         back = time.monotonic()
         assert client.command("admin", {"ping": 1})["ok"] == 1
-        assert time.monotonic() - back < 0.5
+        # At once, not after a wait for a check no monitor would make: that wait would
+        # end only at serverSelectionTimeoutMS (30 s); a sixth of it is a bound a busy
+        # machine meets.
+        assert time.monotonic() - back < 5
 
 
 # -- a scripted server: what mongod does that SecantusDB does not -----------------------
@@ -302,7 +333,9 @@ def test_a_write_is_retried_with_its_transaction_id_after_a_labelled_stepdown(
         gevent.spawn_later(0.2, stepping.step, True)
         started = time.monotonic()
         assert client.command("db", {"insert": "c", "documents": [{}]})["n"] == 1
-        assert time.monotonic() - started < MIN_HEARTBEAT_FREQUENCY + 0.4
+        # After the monitor's next quick check (every MIN_HEARTBEAT_FREQUENCY while an
+        # operation waits), far from heartbeatFrequencyMS (10 s), the next regular one.
+        assert time.monotonic() - started < 5
     first, refused, retried = stepping.inserts
     assert refused["lsid"] == retried["lsid"] and refused["txnNumber"] == retried["txnNumber"]
     assert refused["txnNumber"] == first["txnNumber"] + 1, "a new number per write"

@@ -3,9 +3,10 @@ together, 30 pings each, over maxPoolSize 5.
 
 A fast local server often answers before the pinging greenlet blocks, so a
 greenlet could check in and straight out again before the greenlets spawned
-with it reached the pool (greenpool.pool.waitqueue.Turns). The bounds are the
-issue's: the greenlets' finish times spread over at most a quarter of the
-run, and no greenlet takes more than two turns in a row. The figures go to
+with it reached the pool (greenpool.pool.waitqueue.Turns). The bounds count
+turns, never time: the greenlets' last turns spread over at most a quarter of
+all turns (served in turn, they all end in the last round: 1/30 of the turns),
+and no greenlet takes more than two turns in a row. The figures go to
 ``$GREENPOOL_TURNS_FILE`` (default: greenpool-turns.json in the temp dir).
 """
 

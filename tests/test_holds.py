@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -53,17 +54,21 @@ def spawn(name: str, run: Callable[[], Any]) -> gevent.Greenlet:
 
 
 class Lines:
-    """Where a holder checked out, and where it waits now."""
+    """Where a holder checked out, where it waits now, and how long its checkout and hold
+    took (seconds, from before the checkout to after the checkin)."""
 
     acquired = 0
     waiting = 0
+    held = 0.0
 
 
 def hold_for(pool: Pool[Any], seconds: float, lines: Lines) -> None:
+    started = time.monotonic()
     lines.acquired = here() + 1
     with pool.checkout():
         lines.waiting = here() + 1
         gevent.sleep(seconds)
+    lines.held = time.monotonic() - started
 
 
 # -- hold records ---------------------------------------------------------------------------
@@ -353,7 +358,9 @@ def test_a_long_hold_is_logged_and_sent_once_per_hold(caplog: pytest.LogCaptureF
         gevent.sleep(0.1)  # no second report of the same hold, none of the quick one
     (event,) = listener.long_holds
     assert (event.address, event.connection_id, event.threshold) == (ADDRESS, 1, 0.05)
-    assert 0.05 <= event.duration < 0.3 and event.holder.greenlet == "slow-report"
+    # Past the threshold, and sent while the connection was held, however long a busy
+    # machine made that hold.
+    assert 0.05 <= event.duration <= lines.held and event.holder.greenlet == "slow-report"
     assert event.holder.acquired_at == Site(HERE, lines.acquired, "hold_for")
     (record,) = [r for r in caplog.records if "long_hold_threshold" in r.getMessage()]
     assert (record.name, record.levelno) == ("greenpool", logging.WARNING)

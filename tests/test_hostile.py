@@ -489,7 +489,7 @@ def test_key_derivation_runs_off_the_hub_and_is_cached(monkeypatch: pytest.Monke
     real = auth_module._derive_keys
     monkeypatch.setattr(auth_module, "_derive_keys",
                         lambda *args: derived.append(args[3]) or real(*args))
-    # Before: the derivation on the hub, as greenpool did it, stalls it throughout.
+    # For comparison: the derivation run on the hub stalls it throughout.
     on_hub, on_hub_stall = _longest_stall(
         lambda: real("sha256", b"pw", b"salt-on-hub", 1_000_000))
     assert on_hub_stall > on_hub / 2
@@ -719,8 +719,8 @@ def test_many_options_parse_in_linear_time(make: Any) -> None:
     small, _, _ = _parse_timed(f"mongodb://app:pw@h/?maxPoolSize=7&{make(2_000)}")
     large, caught, settings = _parse_timed(f"mongodb://app:pw@h/?maxPoolSize=7&{make(10_000)}")
     print(f"\n2,000 options: {small:.3f} s; 10,000 options: {large:.3f} s")
-    # Generous (the machine is shared): well under a second on a quiet one,
-    # where the quadratic parse took over 60 s for 2,000 unknown options.
+    # Generous (the machine is shared): well under a second on a quiet one, where a
+    # parse quadratic in the options takes over 60 s for 2,000 unknown ones.
     assert large < 5.0
     assert settings.pool.max_pool_size == 7
     assert len(caught) <= 21

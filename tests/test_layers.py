@@ -2,8 +2,8 @@
 
 greenpool is built in layers (docs/architecture.rst):
 
-- base: ``greenpool.errors``, ``greenpool.address``, ``greenpool._version`` and
-  ``greenpool._compiled``;
+- base: ``greenpool.errors``, ``greenpool.address``, ``greenpool._version``,
+  ``greenpool._compiled`` and ``greenpool._moved``;
 - ``greenpool.pool``: the pool core, with no socket code;
 - ``greenpool.wire``: the wire protocol, the handshake, authentication and sockets;
 - ``greenpool.client``: ``greenpool.Client``, its topology, operations, sessions and cursors;
@@ -18,14 +18,16 @@ dependency, and a cycle hidden inside a function is still a cycle.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "greenpool"
 
-#: What each layer may import, besides itself. The top-level package (its public names)
-#: and ``__main__`` are the facade and may import anything.
+#: What each layer may import, besides itself. The top-level package and
+#: ``greenpool.testing`` (the public names) and ``__main__`` are the facade and may import
+#: anything.
 ALLOWED: dict[str, set[str]] = {
     "base": set(),
     "pool": {"base"},
@@ -36,8 +38,9 @@ ALLOWED: dict[str, set[str]] = {
     "otel": {"base", "pool"},
     "facade": {"base", "pool", "wire", "client", "cli", "pymongo", "otel"},
 }
-BASE = {"greenpool.errors", "greenpool.address", "greenpool._version", "greenpool._compiled"}
-FACADE = {"greenpool", "greenpool.__main__"}
+BASE = {"greenpool.errors", "greenpool.address", "greenpool._version", "greenpool._compiled",
+        "greenpool._moved"}
+FACADE = {"greenpool", "greenpool.__main__", "greenpool.testing"}
 
 
 def module_name(path: Path) -> str:
@@ -176,11 +179,62 @@ def test_the_import_finder_sees_lazy_and_relative_imports(tmp_path: Path) -> Non
     assert imports_of("greenpool.mod", source, known) == known - {"greenpool.client"}
 
 
-def test_the_architecture_page_names_every_module() -> None:
-    docs = PACKAGE.parent / "docs"
-    page = (docs / "architecture.rst").read_text()
-    assert "architecture" in (docs / "index.rst").read_text().split()
-    missing = sorted(f"{module} ({path.name})" for module, path in modules().items()
-                     if path.name != "__init__.py" and f"``{path.name}``" not in page
-                     and path.stem not in {"_version"})
-    assert not missing, f"docs/architecture.rst does not mention: {missing}"
+ARCHITECTURE = PACKAGE.parent / "docs" / "architecture.rst"
+SECTION_TITLE = re.compile(r"^(\S.*)\n([-~=^])\2+$", re.MULTILINE)
+MODULE_FILE = re.compile(r"``([A-Za-z_][A-Za-z_0-9]*\.py)``")
+PACKAGE_IN_TITLE = re.compile(r"``(greenpool(?:\.[a-z_]+)*)``")
+
+
+def map_sections(page: str) -> dict[str | None, str]:
+    """The module map's text by package: each section whose title names a package
+    (``greenpool``, ``greenpool.pool``...) under that package's name; the rest (the
+    layers, how a command flows) under None."""
+    sections: dict[str | None, str] = {}
+    titles = list(SECTION_TITLE.finditer(page))
+    for number, title in enumerate(titles):
+        end = titles[number + 1].start() if number + 1 < len(titles) else len(page)
+        named = PACKAGE_IN_TITLE.search(title[1])
+        key = named[1] if named else None
+        sections[key] = sections.get(key, "") + page[title.end():end]
+    return sections
+
+
+def package_modules() -> dict[str, set[str]]:
+    """Each package's modules, by file name (``__init__.py`` aside)."""
+    found: dict[str, set[str]] = {}
+    for module, path in modules().items():
+        if path.name != "__init__.py":
+            found.setdefault(module.rpartition(".")[0], set()).add(path.name)
+    return found
+
+
+def test_the_architecture_page_is_the_map_of_every_module() -> None:
+    page = ARCHITECTURE.read_text()
+    assert "architecture" in (PACKAGE.parent / "docs" / "index.rst").read_text().split()
+    sections = map_sections(page)
+    packages = package_modules()
+    # A section may mention another package's module (a cross-reference), or a package's
+    # __init__.py; whatever it names must exist.
+    known = set().union(*packages.values(), {"__init__.py"})
+    problems = [f"no section of docs/architecture.rst is titled with ``{package}``"
+                for package in packages if package not in sections]
+    for package, text in sections.items():
+        named = set(MODULE_FILE.findall(text))
+        problems += [f"the map names {name}, which does not exist"
+                     for name in sorted(named - known)]
+        if package is not None and package not in packages:
+            problems.append(f"a section is titled with ``{package}``, which does not exist")
+        elif package is not None:
+            problems += [f"{package}: {name} is not in its section of the map"
+                         for name in sorted(packages.get(package, set()) - named)]
+    assert problems == [], "\n".join(problems)
+
+
+def test_the_map_reader_attributes_modules_to_their_sections() -> None:
+    page = ("Intro\n=====\n\n``a.py`` anywhere\n\n"
+            "Top: ``greenpool``\n~~~~~~~~~~~~~~~~~~\n\n* ``errors.py``: errors\n\n"
+            "Core: ``greenpool.pool``\n~~~~~~~~~~~~~~~~~~~~~~~~\n\n* ``pool.py``\n")
+    sections = map_sections(page)
+    assert MODULE_FILE.findall(sections["greenpool"]) == ["errors.py"]
+    assert MODULE_FILE.findall(sections["greenpool.pool"]) == ["pool.py"]
+    assert MODULE_FILE.findall(sections[None]) == ["a.py"]

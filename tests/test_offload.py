@@ -9,7 +9,6 @@ derivation, and the TLS context's files (here).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -68,11 +67,9 @@ def test_a_timeout_ends_the_wait_and_the_work_finishes_alone() -> None:
         blocking_sleep(0.3)
         finished.set()
 
-    started = time.monotonic()
     with pytest.raises(gevent.Timeout), gevent.Timeout(0.05):
         offload(work)
-    assert time.monotonic() - started < 0.25
-    assert not finished.is_set()
+    assert not finished.is_set()  # the wait ended before the work (0.3 s)
     gevent.sleep(0.5)
     assert finished.is_set()
 

@@ -75,6 +75,8 @@ def test_wheel_contents(dists: tuple[Path, Path]) -> None:
     assert "Provides-Extra: demo" in metadata
 
 
+# A pip install from the package index, then the demo: minutes on a busy machine.
+@pytest.mark.timeout(600)
 def test_wheel_installs_and_runs(dists: tuple[Path, Path],
                                  tmp_path: Path) -> None:
     wheel, _ = dists
@@ -114,3 +116,51 @@ def test_the_gevent_floor_is_the_oldest_release_the_gevent_matrix_runs() -> None
     locked = [line.split("==")[1] for line in (ROOT / "constraints.txt").read_text().split()
               if line.startswith("gevent==")]
     assert locked == [list(dev.GEVENT_MATRIX)[-1]], "the matrix reaches the locked gevent"
+
+
+def test_the_python_matrix_is_what_setup_cfg_names() -> None:
+    # The test command runs on one of them, devtools/dev.py python-matrix on the others.
+    from devtools import dev
+
+    config = configparser.ConfigParser()
+    config.read(ROOT / "setup.cfg")
+    named = [line.rsplit(":: ", 1)[1] for line in config["metadata"]["classifiers"].splitlines()
+             if line.startswith("Programming Language :: Python :: 3.")]
+    assert tuple(named) == dev.PYTHON_MATRIX
+    assert config["options"]["python_requires"] == f">={dev.PYTHON_MATRIX[0]}"
+
+
+def test_ci_runs_the_gevent_floor_and_releases_of_the_matrix() -> None:
+    from devtools import dev
+
+    assert set(dev.GEVENT_CI) <= set(dev.GEVENT_MATRIX)
+    assert dev.GEVENT_CI[0] == next(iter(dev.GEVENT_MATRIX)), "the floor"
+    assert list(dev.GEVENT_MATRIX)[-1] not in dev.GEVENT_CI, "the test command's own"
+
+
+def test_the_python_matrix_names_a_missing_interpreter(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from devtools import dev
+
+    monkeypatch.setenv("PYENV_ROOT", str(tmp_path))
+    (tmp_path / "versions").mkdir()
+    monkeypatch.setenv("PATH", str(tmp_path))  # no pyenv, no python3.99
+    monkeypatch.setenv("HOME", str(tmp_path))
+    with pytest.raises(SystemExit) as exited:
+        dev.find_python("3.99")
+    message = str(exited.value)
+    assert "no Python 3.99 here" in message and f"{tmp_path}/versions/3.99.*" in message
+    assert "python3.99 on PATH" in message and "pyenv install 3.99" in message
+
+
+def test_the_python_matrix_takes_the_newest_patch_from_pyenv(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from devtools import dev
+
+    for version in ("3.99.2", "3.99.10", "3.99.3t", "3.98.20"):
+        python = tmp_path / "versions" / version / "bin" / f"python{version[:4]}"
+        python.parent.mkdir(parents=True)
+        python.touch()
+    monkeypatch.setenv("PYENV_ROOT", str(tmp_path))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert dev.find_python("3.99") == tmp_path / "versions" / "3.99.10" / "bin" / "python3.99"

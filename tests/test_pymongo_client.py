@@ -506,9 +506,10 @@ FAIRNESS_FILE_VARIABLE = "GREENPOOL_FAIRNESS_FILE"
 
 
 def measure_fairness(make: Callable[..., Any], uri: str) -> dict[str, float]:
-    """200 greenlets ping 10 times each over 5 connections. The FIFO ideal
-    wait for one ping is the time the pool needs to serve everyone once:
-    greenlets x (total time / pings done)."""
+    """200 greenlets ping 10 times each over 5 connections. In turns (the order in which
+    pings end): the longest any greenlet waited for its next ping, in rounds (a round:
+    as many pings as there are greenlets, the FIFO ideal for one wait). In time, for the
+    record: the waits against the FIFO ideal (greenlets x total time / pings done)."""
     client = make(uri, maxPoolSize=POOL_SIZE)
     try:
         gevent.joinall([gevent.spawn(client.admin.command, "ping")
@@ -516,16 +517,18 @@ def measure_fairness(make: Callable[..., Any], uri: str) -> dict[str, float]:
         go = gevent.event.Event()
         waits: list[float] = []
         finished: list[float] = []
+        order: list[int] = []
 
-        def worker() -> None:
+        def worker(number: int) -> None:
             go.wait()
             for _ in range(PINGS):
                 started = time.monotonic()
                 client.admin.command("ping")
                 waits.append(time.monotonic() - started)
+                order.append(number)
             finished.append(time.monotonic())
 
-        greenlets = [gevent.spawn(worker) for _ in range(GREENLETS)]
+        greenlets = [gevent.spawn(worker, number) for number in range(GREENLETS)]
         gevent.sleep(0.05)
         start = time.monotonic()
         go.set()
@@ -535,7 +538,13 @@ def measure_fairness(make: Callable[..., Any], uri: str) -> dict[str, float]:
         client.close()
     waits.sort()
     ideal = GREENLETS * total / len(waits)
+    last_seen = [-1] * GREENLETS
+    longest_in_turns = 0
+    for position, number in enumerate(order):
+        longest_in_turns = max(longest_in_turns, position - last_seen[number])
+        last_seen[number] = position
     return {
+        "max_wait_rounds": round(longest_in_turns / GREENLETS, 2),
         "total_s": round(total, 3),
         "ideal_wait_ms": round(ideal * 1000, 1),
         "max_wait_ms": round(waits[-1] * 1000, 1),
@@ -548,28 +557,18 @@ def measure_fairness(make: Callable[..., Any], uri: str) -> dict[str, float]:
 
 @pytest.mark.timeout(120)
 def test_fairness_stock_versus_greenpool(mongodb_uri: str, tmp_path: Path) -> None:
-    """Nobody waits more than a few times the FIFO ideal with greenpool's
-    pools. The stock client's figures (expected unfair: a greenlet that
-    checks in and straight out again barges ahead of the queue) are recorded
-    in $GREENPOOL_FAIRNESS_FILE (else greenpool-fairness.txt in the test's
-    temporary directory), not asserted.
-
-    A stall of this shared machine in the middle of a run (a quarter of a
-    second of another process's work) lengthens the wait of every greenlet
-    queued at the time and can push the longest past the bound once; an
-    unfair pool exceeds it in every run. So a run over the bound is measured
-    once more, and the bound holds for the better of the two."""
+    """Nobody waits more than two rounds for a ping with greenpool's pools (one round is
+    the FIFO ideal: every other greenlet served once). Counted in turns, so a busy
+    machine, which slows every ping alike, does not change it. The stock client's
+    figures (expected unfair: a greenlet that checks in and straight out again barges
+    ahead of the queue) are recorded in $GREENPOOL_FAIRNESS_FILE (else
+    greenpool-fairness.txt in the test's temporary directory), not asserted."""
     stock = measure_fairness(Client, mongodb_uri)
-    lines = []
-    for _ in range(2):
-        green = measure_fairness(MongoClient, mongodb_uri)
-        lines.append(json.dumps({"pymongo": pymongo.version, "greenlets": GREENLETS,
-                                 "pings": PINGS, "maxPoolSize": POOL_SIZE, "stock": stock,
-                                 "greenpool": green}))
-        if green["max_over_ideal"] <= 4:
-            break
+    green = measure_fairness(MongoClient, mongodb_uri)
+    line = json.dumps({"pymongo": pymongo.version, "greenlets": GREENLETS, "pings": PINGS,
+                       "maxPoolSize": POOL_SIZE, "stock": stock, "greenpool": green})
     fairness_file = Path(os.environ.get(FAIRNESS_FILE_VARIABLE)
                          or tmp_path / "greenpool-fairness.txt")
-    fairness_file.write_text("\n".join(lines) + "\n")
-    print(*lines, sep="\n")
-    assert green["max_over_ideal"] <= 4, lines
+    fairness_file.write_text(line + "\n")
+    print(line)
+    assert green["max_wait_rounds"] <= 2, line

@@ -3,8 +3,8 @@
 The fast subset (PyMongo's CMAP runner, test_connection_monitoring.py, and
 test_pooling.py, on the PyMongo installed here, against a one-node replica set) runs
 through the tool exactly as ``python3 devtools/dev.py pymongo-suite`` does; parity is
-judged from the outcomes the pytest processes reported. The full tables are in
-docs/pymongo-suite.rst.
+judged from the outcomes the pytest processes reported; it is a long run
+(``python3 devtools/dev.py slow``). The full tables are in docs/pymongo-suite.rst.
 """
 
 from __future__ import annotations
@@ -99,7 +99,10 @@ def test_bad_options_are_refused_by_name(option: str, value: str, named: str) ->
     assert named in done.stderr
 
 
-@pytest.mark.timeout(1200)  # a venv on first use, then two short pytest runs per route
+# A long run (python3 devtools/dev.py slow): a venv on first use, then two pytest runs
+# per route of PyMongo's own modules.
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
 def test_cmap_runner_and_pooling_tests_have_parity(tmp_path: Path) -> None:
     outcomes_file = tmp_path / "outcomes.json"
     done = subprocess.run(

@@ -440,14 +440,12 @@ def test_connect_timeout_bounds_the_srv_and_txt_lookups_together(
         return stub_dns.resolve(*args, **kwargs)
 
     monkeypatch.setattr("dns.resolver.resolve", slow_resolve)
-    started = time.monotonic()
     with pytest.raises(ConfigurationError) as failure:
         parse_uri("mongodb+srv://test5.test.build.10gen.cc/?connectTimeoutMS=450")
     # Each lookup alone fits in 450 ms: only a deadline shared by both fails the TXT one.
     assert re.fullmatch(r"the DNS lookup of the TXT records of 'test5\.test\.build\.10gen\.cc' "
                         r"timed out after 0\.\d+ s \(the time left before its deadline\)",
                         str(failure.value)), failure.value
-    assert time.monotonic() - started < 1.0
 
 
 # --- the TLS context ----------------------------------------------------------------

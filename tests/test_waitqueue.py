@@ -11,6 +11,7 @@ import gevent
 import pytest
 
 from greenpool.pool.waitqueue import Alarm, WaitQueue, WaitTimedOut
+from tests.turns import switches_during
 
 
 def test_deliver_goes_to_the_oldest_waiter() -> None:
@@ -56,7 +57,7 @@ def test_timeout_leaves_the_queue_at_once() -> None:
     started = time.monotonic()
     with pytest.raises(WaitTimedOut):
         slot.wait(0.05)
-    assert 0.04 <= time.monotonic() - started < 1
+    assert time.monotonic() - started >= 0.04  # not before its time
     assert len(queue) == 0
     assert not queue.deliver(1), "a timed-out slot must not take a value"
 
@@ -162,11 +163,9 @@ def test_alarm_ring_cuts_sleep_short_and_is_not_lost() -> None:
     started = time.monotonic()
     gevent.spawn_later(0.02, alarm.ring)
     alarm.sleep(10)
-    assert time.monotonic() - started < 1
+    assert time.monotonic() - started < 5  # woken by the ring, far from the 10 s (half)
     alarm.ring()  # rung while awake: the next sleep returns after one hub turn
-    started = time.monotonic()
-    alarm.sleep(10)
-    assert time.monotonic() - started < 1
+    assert switches_during(lambda: alarm.sleep(10)) == 1  # to the hub and back
 
 
 def test_alarm_forget_drops_a_ring_received_while_awake() -> None:
@@ -181,7 +180,7 @@ def test_alarm_forget_drops_a_ring_received_while_awake() -> None:
     gevent.spawn_later(0.01, alarm.ring)  # a ring after forget() still wakes the sleeper
     started = time.monotonic()
     alarm.sleep(10)
-    assert time.monotonic() - started < 1
+    assert time.monotonic() - started < 5  # woken by the ring, far from the 10 s (half)
 
 
 def test_alarm_sleep_always_yields() -> None:

@@ -29,7 +29,7 @@ from typing import Any
 
 from pymongo import monitoring
 
-from greenpool.client.client import Client
+from greenpool import Client
 
 
 class _ConnectionIds(monitoring.CommandListener):

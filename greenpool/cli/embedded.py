@@ -34,11 +34,13 @@ import time
 from pathlib import Path
 from urllib.parse import quote
 
+from greenpool import _moved
 from greenpool.errors import ConfigurationError
 from greenpool.wire.connector import connect
 from greenpool.wire.link import LinkOptions
 
-__all__ = ["EmbeddedServer", "free_port", "secantusd_executable"]
+# EmbeddedServer's public path is greenpool.testing.EmbeddedServer (see the end).
+__all__ = ["free_port", "secantusd_executable"]
 
 HOST = "127.0.0.1"
 
@@ -264,3 +266,8 @@ class EmbeddedServer:
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
+
+
+# The docs once showed this module's path for the class: read from outside greenpool, it
+# warns and names the public one.
+_moved.moved_names(__name__, EmbeddedServer="greenpool.testing.EmbeddedServer")

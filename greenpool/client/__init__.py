@@ -9,4 +9,6 @@ reaching the rest only through ``operations`` (never ``client``, and ``session``
 ``cursor``); ``operations`` below them (``topology``, ``commands``, ``sdam``,
 ``readpref``, ``timeouts``); ``uri`` beside, for the settings. No module reaches
 another greenpool module's private names.
+
+Which module does what: docs/architecture.rst, the module map.
 """

@@ -1,9 +1,9 @@
 """greenpool's pools under PyMongo's own ``MongoClient``.
 
-Rules of this package: the adapter between PyMongo's MongoClient and greenpool's pool
-core: it builds on :mod:`greenpool.pool` (the wait queue) and PyMongo's own pool
-classes, and never imports greenpool's client or wire layers. This ``__init__`` only
-gathers the public names.
+Layer rule: the adapter between PyMongo's MongoClient and greenpool's pool core builds
+on :mod:`greenpool.pool` (the wait queue) and PyMongo's own pool classes, and never
+imports greenpool's client or wire layers. This ``__init__`` only gathers the public
+names.
 
 One line changes in an application that already runs PyMongo under gevent::
 
@@ -22,27 +22,11 @@ connections out in strict arrival order (FIFO, with direct handoff at
 checkin), honour maxConnecting, and stay consistent when a greenlet is
 killed (GreenletExit, gevent.Timeout) at any point of a checkout or checkin.
 
-The modules, one job each:
-
-* ``versions.py``: :data:`SUPPORTED_PYMONGO` and the check that refuses any other
-  PyMongo when this package is imported.
-* ``internals.py``: every PyMongo internal the adapter uses, imported after that check.
-* ``pool.py``: :class:`GreenPool`, PyMongo's pool with greenpool's FIFO handoff and
-  accounting.
-* ``holders.py``: its base, which says who holds its connections (its report, the
-  holders its WaitQueueTimeoutError names, long-hold warnings).
-* ``condition.py``: :class:`KillSafeCondition`, the condition server selection waits on.
-* ``keywords.py``: :func:`client_kwargs`, the keyword arguments that put greenpool's
-  pools under any ``MongoClient`` (for frameworks that build their own), and
-  :func:`pool_factory`; PyMongo's private keywords are named nowhere else.
-* ``client.py``: :class:`MongoClient`.
-* ``before_4_18.py`` and ``before_4_13.py``: what older supported PyMongo releases
-  do differently, one module per release boundary, deleted when its releases leave
-  the range.
-
 Requirements: ``gevent.monkey.patch_all()`` (at least ``threading``) before
 the client is created, so PyMongo's monitors are greenlets in the same hub;
 one hub per client (no OS threads using the same client).
+
+Which module does what: docs/architecture.rst, the module map.
 """
 
 from __future__ import annotations

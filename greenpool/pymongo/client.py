@@ -24,7 +24,7 @@ class MongoClient(pymongo.MongoClient[_DocumentType]):
     Two keywords are greenpool's, never connection string options, and are
     not passed on to PyMongo: ``acquire_sites`` and ``long_hold_threshold``
     (seconds), as for :class:`greenpool.Client` (recording acquire sites
-    walks PyMongo's frames: about 2.4 µs per checkout). Each pool's holders are in
+    walks PyMongo's frames on every checkout). Each pool's holders are in
     :func:`greenpool.pool_reports`, and in the WaitQueueTimeoutError a
     checkout raises (PyMongo's own class and message, the holders added to
     the message and in its ``holders`` attribute).
