@@ -129,14 +129,15 @@ def test_the_old_package_holds_its_old_modules() -> None:
 
 def test_greenpool_itself_never_reads_an_old_path() -> None:
     code = ("import greenpool, greenpool.testing, greenpool.pymongo, greenpool.cli.demo, "
-            "greenpool.__main__; from greenpool.cli import embedded; embedded.main")
+            "greenpool.__main__; from greenpool.cli import embedded, server; server.main")
     result = subprocess.run([sys.executable, "-W", "error::DeprecationWarning", "-c", code],
                             cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
 
 
-def test_the_testing_module_is_the_embedded_servers_public_home() -> None:
+def test_the_testing_module_is_the_servers_public_home() -> None:
     import greenpool.testing
 
-    assert greenpool.testing.__all__ == ["EmbeddedServer"]
+    assert greenpool.testing.__all__ == ["EmbeddedServer", "MemberConfig", "MemberStatus",
+                                         "ReplicaSet"]
     assert "EmbeddedServer" not in importlib.import_module("greenpool.cli.embedded").__all__

@@ -33,7 +33,7 @@ def uri() -> Iterator[str]:
     if os.environ.get("MONGODB_URI"):
         yield os.environ["MONGODB_URI"]
         return
-    from greenpool.cli.embedded import EmbeddedServer
+    from greenpool.testing import EmbeddedServer
 
     with EmbeddedServer() as server:
         yield server.uri
