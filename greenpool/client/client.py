@@ -453,7 +453,7 @@ class Client:
                             f"not {name_or_database!r}")
         self.get_database(name).command(
             _with_write_concern({"dropDatabase": 1}, self._defaults.write_concern, session),
-            session=session, comment=comment)
+            session=session, comment=comment, read_preference=readpref.WRITE)
 
     # -- closing --------------------------------------------------------------------------
 

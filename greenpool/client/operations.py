@@ -162,6 +162,12 @@ class Operations:
         """Whether :meth:`close` has begun (or finished): new work is refused."""
         return self._closing
 
+    @property
+    def min_round_trip(self) -> float:
+        """The server's minimum round-trip time in seconds, which a maxTimeMS
+        computed from a deadline leaves out (the CSOT spec)."""
+        return self._min_round_trip.value
+
     def check_open(self) -> None:
         """Refuse new work once closing has begun."""
         if self._closing:
@@ -287,9 +293,11 @@ class Operations:
                             session: SessionLike | None) -> None:
         """Add ``$readPreference`` to a read command about to go to the
         selected server, where the Server Selection spec says (after
-        selection: it depends on the server's type)."""
-        if preference is readpref.PRIMARY and self.topology.plain_primary_reads:
-            return  # the common case, ahead of command_field's general one
+        selection: it depends on the server's type); a write
+        (:data:`readpref.WRITE <greenpool.client.readpref.WRITE>`) carries none."""
+        if preference is readpref.WRITE or (
+                preference is readpref.PRIMARY and self.topology.plain_primary_reads):
+            return  # the common cases, ahead of command_field's general one
         field = readpref.command_field(
             preference, load_balanced=self.load_balanced,
             server_type=self.topology.server.server_type,
