@@ -60,6 +60,7 @@ from typing import Any
 import gevent
 from bson.codec_options import CodecOptions
 from pymongo import monitoring as _m
+from pymongo.client_session import TransactionOptions  # type: ignore[attr-defined]
 from pymongo.errors import AutoReconnect, InvalidOperation, NetworkTimeout
 from pymongo.read_concern import ReadConcern
 from pymongo.read_preferences import _ServerMode
@@ -81,6 +82,7 @@ from greenpool.client.inert import warn_inert_options
 from greenpool.client.operations import Operations
 from greenpool.client.retries import has_write_stage
 from greenpool.client.session import Session
+from greenpool.client.sessionopts import ClientDefaults
 from greenpool.client.timeouts import MinRoundTrip, check_seconds, current
 from greenpool.client.topology import Topology
 from greenpool.client.uri import ClientSettings, parse_uri
@@ -344,8 +346,17 @@ class Client:
                            timeout=timeout, timeout_mode=timeout_mode,
                            read_preference=read_preference, retry=retry)
 
-    def start_session(self, *, default_timeout: float | None = None) -> Session:
-        """A new session (for transactions); end it, or use it as a context manager.
+    def start_session(self, causal_consistency: bool | None = None,
+                      default_transaction_options: TransactionOptions | None = None,
+                      snapshot: bool | None = False, *,
+                      default_timeout: float | None = None) -> Session:
+        """A new session; end it, or use it as a context manager. As
+        PyMongo's: causally consistent unless ``causal_consistency=False`` or
+        ``snapshot=True`` (its reads see one snapshot of the data);
+        ``default_transaction_options`` (PyMongo's
+        :class:`~pymongo.client_session.TransactionOptions`) are its
+        transactions' options where ``start_transaction`` gives none, else
+        the client's read and write concern and read preference apply.
 
         ``default_timeout`` (seconds, 0 for none; the CSOT spec's
         defaultTimeoutMS) bounds its commit, abort and ``with_transaction``
@@ -353,8 +364,13 @@ class Client:
         """
         ops = self._operations
         ops.check_open()
+        defaults = self._defaults
         session = Session(ops, default_timeout=check_seconds("default_timeout", default_timeout),
-                          write_concern=write_concern_field(self._defaults.write_concern))
+                          client=ClientDefaults(defaults.read_concern, defaults.write_concern,
+                                                defaults.read_preference),
+                          causal_consistency=causal_consistency,
+                          default_transaction_options=default_transaction_options,
+                          snapshot=snapshot)
         ops.session_started(session)
         return session
 

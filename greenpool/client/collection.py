@@ -81,6 +81,8 @@ __all__ = ["Collection", "DatabaseLike", "ReturnDocument"]
 # Codes of a drop that finds nothing to drop, which PyMongo ignores.
 _NAMESPACE_NOT_FOUND = 26
 _INDEX_NOT_FOUND = 27
+# The reads that take a read concern, and so a session's afterClusterTime or snapshot.
+_READ_CONCERN_READS = frozenset({"find", "aggregate", "distinct", "count"})
 
 
 class ReturnDocument:
@@ -793,10 +795,7 @@ class Collection:
         deadline = ops.deadline(None, session)
         preference = self._read_preference
         if session is not None:
-            self._check_session(session)
-            if session.in_transaction:
-                preference = readpref.PRIMARY
-                command.pop("readConcern", None)  # the transaction's own applies
+            preference = self._in_session(command, session, preference)
             session.decorate(command)
         return ops.run_command(self._db, command, session, deadline, preference)
 
@@ -804,14 +803,25 @@ class Collection:
                      preference: _ServerMode | None = None, *,
                      max_await_time_ms: int | None = None) -> Cursor:
         """Open a server cursor with ``command`` (find, aggregate, list*)."""
+        preference = preference or self._read_preference
         if session is not None:
-            self._check_session(session)
-            if session.in_transaction:
-                preference = readpref.PRIMARY
-                command.pop("readConcern", None)
+            preference = self._in_session(command, session, preference)
         return Cursor(self._ops, self._db, command, batch_size=batch_size, session=session,
-                      read_preference=preference or self._read_preference,
+                      read_preference=preference,
                       max_await_time_ms=max_await_time_ms)
+
+    def _in_session(self, command: Outgoing, session: Session,
+                    preference: _ServerMode) -> _ServerMode:
+        """A read in ``session``: in a transaction, the transaction's read
+        preference (primary) and read concern (on its first command) apply;
+        outside one, the session's causal consistency or snapshot."""
+        self._check_session(session)
+        if session.in_transaction:
+            command.pop("readConcern", None)
+            return session.transaction_read_preference()
+        if next(iter(command)) in _READ_CONCERN_READS:
+            session.add_read_concern(command)
+        return preference
 
     def _read_command(self, name: str, *, read_concern: bool = True) -> Outgoing:
         """A new read command on this collection, with its read concern."""
