@@ -68,7 +68,7 @@ from pymongo.write_concern import WriteConcern
 
 from greenpool.address import Address, format_address
 from greenpool.client import readpref
-from greenpool.client.codecs import check_codec_options
+from greenpool.client.codecs import check_codec_options, split_keywords
 from greenpool.client.commands import CommandPublisher
 from greenpool.client.concern import (
     check_read_concern,
@@ -130,10 +130,14 @@ class Client:
         checked out for longer, once per checkout (see :class:`greenpool.Pool`).
         greenpool's own setting, never a connection string option.
 
-    :param codec_keywords: PyMongo's codec options for the collection API
+    :param keywords: PyMongo's codec options for the collection API
         (``document_class``, ``tz_aware``, ``tzinfo``, ``uuidRepresentation``,
         ``type_registry``, ``datetime_conversion``,
-        ``unicode_decode_error_handler``; see :mod:`greenpool.client.codecs`).
+        ``unicode_decode_error_handler``; see :mod:`greenpool.client.codecs`),
+        and connection string options, as PyMongo's MongoClient takes them
+        (``maxPoolSize=20``, ``w="majority"``, ``retryWrites=False``): checked
+        as the URI's are, and winning over them; an unknown name is a
+        TypeError.
 
     The collection API is PyMongo's: ``client["shop"]`` or ``client.shop`` is
     a :class:`~greenpool.client.database.Database`, whose collections have
@@ -148,8 +152,9 @@ class Client:
 
     def __init__(self, uri: str, *, event_listeners: Iterable[object] = (),
                  acquire_sites: bool | None = None,
-                 long_hold_threshold: float | None = None, **codec_keywords: Any) -> None:
-        settings = parse_uri(uri)
+                 long_hold_threshold: float | None = None, **keywords: Any) -> None:
+        codec_keywords, uri_keywords = split_keywords(keywords)
+        settings = parse_uri(uri, uri_keywords)
         self.settings = settings
         self._defaults = Defaults(settings, codec_keywords)
         warn_inert_options(settings)
