@@ -9,10 +9,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from pymongo import InsertOne, UpdateOne
+from pymongo import InsertOne, ReadPreference, UpdateOne
 from pymongo import monitoring as _m
-from pymongo.errors import ConfigurationError
+from pymongo.client_session import TransactionOptions  # type: ignore[attr-defined]
+from pymongo.errors import ConfigurationError, InvalidOperation
 from pymongo.read_concern import ReadConcern
+from pymongo.write_concern import WriteConcern
 
 import greenpool
 from greenpool.client import monitor
@@ -76,8 +78,10 @@ def test_a_transaction_carries_no_concern_but_its_commit(
     in_transaction = [c for c in commands if "txnNumber" in c and "autocommit" in c]
     assert [next(iter(c)) for c in in_transaction] == ["insert", "find", "update",
                                                        "commitTransaction"]
-    assert all("writeConcern" not in c and "readConcern" not in c
-               for c in in_transaction[:-1])
+    assert all("writeConcern" not in c for c in in_transaction[:-1])
+    # The transaction's read concern (the client's here) on its first command only.
+    assert in_transaction[0]["readConcern"] == {"level": "majority"}
+    assert all("readConcern" not in c for c in in_transaction[1:])
     assert in_transaction[0]["startTransaction"] is True
     assert in_transaction[-1]["writeConcern"] == {"w": "majority"}
     assert orders.find_one({"_id": 1}) == {"_id": 1, "a": 1}
@@ -90,11 +94,13 @@ def test_outside_a_transaction_the_session_and_concerns_are_sent(
         orders.insert_one({"_id": 1}, session=session)
         orders.find({}, session=session).to_list()
         lsid = session.lsid
+        operation_time = session.operation_time
     insert, = started(events, "insert")
     find, = started(events, "find")
     assert insert["lsid"] == find["lsid"] == lsid
     assert insert["writeConcern"] == {"w": "majority"}
-    assert find["readConcern"] == {"level": "majority"}
+    # Causally consistent: the read comes after the insert.
+    assert find["readConcern"] == {"level": "majority", "afterClusterTime": operation_time}
     local = orders.with_options(read_concern=ReadConcern("local"))
     local.find_one({})
     assert started(events, "find")[-1]["readConcern"] == {"level": "local"}
@@ -129,3 +135,104 @@ def test_a_transaction_with_w0_is_refused(replset_uri: str, app_name: str,
     with connect(replset_uri, app_name, events, w=0) as client, \
             client.start_session() as session, pytest.raises(ConfigurationError):
         session.start_transaction()
+
+
+# -- causal consistency, snapshots, transaction options ------------------------------------
+
+
+def test_a_causally_consistent_sessions_reads_follow_its_last_operation(
+        client: greenpool.Client, events: AllEvents) -> None:
+    orders = client.db[f"causal_{uuid.uuid4().hex[:8]}"]
+    with client.start_session() as session:
+        assert session.options.causal_consistency is True
+        orders.find_one({}, session=session)  # no operationTime yet: nothing to follow
+        first = session.operation_time
+        orders.insert_one({"_id": 1}, session=session)
+        after_insert = session.operation_time
+        orders.count_documents({}, session=session)
+        orders.distinct("_id", session=session)
+        orders.aggregate([], session=session).to_list()
+        client.db.command("ping", session=session)  # the generic method adds nothing
+    assert first is not None and after_insert is not None and after_insert >= first
+    find, = started(events, "find")
+    assert find["readConcern"] == {"level": "majority"}
+    assert "readConcern" not in started(events, "insert")[0]
+    reads = started(events, "aggregate") + started(events, "distinct")
+    assert [r["readConcern"]["afterClusterTime"] for r in reads] == [after_insert] * 3
+    assert "readConcern" not in started(events, "ping")[0]
+
+
+def test_a_session_that_is_not_causally_consistent_reads_without_a_time(
+        client: greenpool.Client, events: AllEvents) -> None:
+    orders = client.db[f"loose_{uuid.uuid4().hex[:8]}"]
+    with client.start_session(causal_consistency=False) as session:
+        orders.insert_one({"_id": 1}, session=session)
+        orders.find_one({}, session=session)
+        session.advance_operation_time(session.operation_time)
+    assert started(events, "find")[0]["readConcern"] == {"level": "majority"}
+
+
+def test_a_snapshot_session_reads_at_its_first_reads_time(
+        replset_uri: str, app_name: str, events: AllEvents) -> None:
+    with connect(replset_uri, app_name, events) as client:
+        orders = client.db[f"snap_{uuid.uuid4().hex[:8]}"]
+        orders.insert_one({"_id": 1})
+        with client.start_session(snapshot=True) as session:
+            assert session.options.causal_consistency is False
+            orders.find({}, session=session).to_list()
+            orders.find_one({}, session=session)
+            with pytest.raises(InvalidOperation, match="snapshot"):
+                session.start_transaction()
+        with pytest.raises(ConfigurationError, match="snapshot"):
+            client.start_session(snapshot=True, causal_consistency=True)
+    first, second = started(events, "find")
+    assert first["readConcern"] == {"level": "snapshot"}
+    assert second["readConcern"]["level"] == "snapshot"
+    assert "atClusterTime" in second["readConcern"]
+
+
+def test_a_transactions_options_come_from_the_call_the_session_then_the_client(
+        client: greenpool.Client, events: AllEvents) -> None:
+    orders = client.db[f"options_{uuid.uuid4().hex[:8]}"]
+    orders.insert_one({"_id": 0})
+    defaults = TransactionOptions(write_concern=WriteConcern(w=1), max_commit_time_ms=5000)
+    with client.start_session(default_transaction_options=defaults) as session:
+        events.clear()
+        with session.start_transaction(read_concern=ReadConcern("snapshot")):
+            orders.insert_one({"_id": 1}, session=session)
+        with session.start_transaction(write_concern=WriteConcern(w="majority"),
+                                       max_commit_time_ms=7000):
+            orders.insert_one({"_id": 2}, session=session)
+    first, second = started(events, "insert")
+    assert first["readConcern"] == {"level": "snapshot"}
+    assert second["readConcern"]["level"] == "majority"  # the client's, causally after
+    commits = started(events, "commitTransaction")
+    assert [(c["writeConcern"], c["maxTimeMS"]) for c in commits] == [
+        ({"w": 1}, 5000), ({"w": "majority"}, 7000)]
+    assert orders.count_documents({}) == 3
+
+
+def test_a_transaction_block_aborts_when_it_raises(client: greenpool.Client,
+                                                  events: AllEvents) -> None:
+    orders = client.db[f"abort_{uuid.uuid4().hex[:8]}"]
+    with client.start_session() as session:
+        with pytest.raises(KeyError), session.start_transaction():
+            orders.insert_one({"_id": 1}, session=session)
+            raise KeyError("the block failed")
+        assert not session.in_transaction
+        assert session.session_id == session.lsid
+    assert len(started(events, "abortTransaction")) == 1
+    assert orders.find_one({"_id": 1}) is None
+
+
+def test_a_transactions_reads_must_be_primary(client: greenpool.Client) -> None:
+    orders = client.db[f"primary_{uuid.uuid4().hex[:8]}"]
+    with client.start_session() as session:
+        session.start_transaction(read_preference=ReadPreference.SECONDARY)
+        with pytest.raises(InvalidOperation, match="must be primary"):
+            orders.find_one({}, session=session)
+        session.abort_transaction()
+        with pytest.raises(ConfigurationError, match="unacknowledged"):
+            session.start_transaction(write_concern=WriteConcern(w=0))
+        with pytest.raises(TypeError, match="TransactionOptions"):
+            client.start_session(default_transaction_options={"w": 1})  # type: ignore[arg-type]

@@ -23,6 +23,7 @@ import gevent
 import pytest
 from pymongo import errors as pymongo_errors
 
+import greenpool
 import greenpool.client.uri
 from greenpool import ConfigurationError, PoolOptions
 from greenpool.client.uri import ClientSettings, Credentials, InvalidURIError, Secret, parse_uri
@@ -780,3 +781,60 @@ def test_an_srv_host_of_three_parts_may_point_to_itself(monkeypatch: pytest.Monk
     install_stub(monkeypatch, srv_zone("blogs.mongodb.com", "blogs.mongodb.com"))
     assert parse_quietly("mongodb+srv://blogs.mongodb.com").hosts == (
         ("blogs.mongodb.com", 27017),)
+
+
+# -- options as keyword arguments (PyMongo's MongoClient(uri, maxPoolSize=20, ...)) -------
+
+
+def test_keyword_options_win_over_the_connection_strings() -> None:
+    settings = parse_uri("mongodb://h/?maxPoolSize=5&w=1&readPreference=primary",
+                         {"maxPoolSize": 20, "W": "majority", "retryWrites": False,
+                          "readPreference": "nearest",
+                          "readPreferenceTags": [{"dc": "ny"}, {}],
+                          "compressors": ["zlib", "snappy"], "socketTimeoutMS": 1.5,
+                          "appName": None})
+    assert settings.pool.max_pool_size == 20
+    assert settings.extra["w"] == "majority"
+    assert settings.retry_writes is False
+    assert (settings.read_preference, settings.read_preference_tags) == ("nearest",
+                                                                         ({"dc": "ny"}, {}))
+    assert settings.compressors == ("zlib", "snappy")
+    assert settings.socket_timeout == 0.0015
+    assert settings.app_name is None  # None: not given
+
+
+def test_keyword_options_meet_the_rules_across_options() -> None:
+    with pytest.raises(ConfigurationError, match="w=0 and journal=true conflict"):
+        parse_uri("mongodb://h/?journal=true", {"w": 0})
+
+
+@pytest.mark.parametrize(("keywords", "message"), [
+    ({"maxPoolSize": -1}, "keyword argument maxPoolSize=-1: expected a whole number >= 0"),
+    ({"maxPoolSize": 2.5}, "keyword argument maxPoolSize=2.5: expected a whole number"),
+    ({"retryWrites": "yes"}, "keyword argument retryWrites='yes': expected true or false"),
+    ({"w": True}, "keyword argument w=True: w takes no bool"),
+    ({"appName": 7}, "keyword argument appName=7: appName takes no int"),
+    ({"heartbeatFrequencyMS": {1}}, "expected a str, a number or a bool"),
+    ({"tlsCertificateKeyFilePassword": object()}, "tlsCertificateKeyFilePassword='***'"),
+])
+def test_a_bad_keyword_value_raises_naming_it(keywords: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigurationError, match=re.escape(message)):
+        parse_uri("mongodb://h/", keywords)
+
+
+def test_an_unknown_keyword_is_a_type_error_naming_it() -> None:
+    with pytest.raises(TypeError, match=r"'maxPoolSzie'.*did you mean maxPoolSize"):
+        parse_uri("mongodb://h/", {"maxPoolSzie": 3})
+
+
+def test_the_client_takes_codec_and_uri_keywords() -> None:
+    client = greenpool.Client("mongodb://127.0.0.1:1/?maxPoolSize=5&directConnection=true",
+                              maxPoolSize=7, w="majority", tz_aware=True,
+                              uuidrepresentation="standard")
+    with client:
+        assert client.settings.pool.max_pool_size == 7
+        assert client.write_concern.document == {"w": "majority"}
+        assert client.codec_options.tz_aware is True
+        assert client.codec_options.uuid_representation == 4
+    with pytest.raises(TypeError, match="'connect'"):
+        greenpool.Client("mongodb://127.0.0.1:1/", connect=False)

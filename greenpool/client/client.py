@@ -60,6 +60,7 @@ from typing import Any
 import gevent
 from bson.codec_options import CodecOptions
 from pymongo import monitoring as _m
+from pymongo.client_session import TransactionOptions  # type: ignore[attr-defined]
 from pymongo.errors import AutoReconnect, InvalidOperation, NetworkTimeout
 from pymongo.read_concern import ReadConcern
 from pymongo.read_preferences import _ServerMode
@@ -67,7 +68,7 @@ from pymongo.write_concern import WriteConcern
 
 from greenpool.address import Address, format_address
 from greenpool.client import readpref
-from greenpool.client.codecs import check_codec_options
+from greenpool.client.codecs import check_codec_options, split_keywords
 from greenpool.client.commands import CommandPublisher
 from greenpool.client.concern import (
     check_read_concern,
@@ -81,6 +82,7 @@ from greenpool.client.inert import warn_inert_options
 from greenpool.client.operations import Operations
 from greenpool.client.retries import has_write_stage
 from greenpool.client.session import Session
+from greenpool.client.sessionopts import ClientDefaults
 from greenpool.client.timeouts import MinRoundTrip, check_seconds, current
 from greenpool.client.topology import Topology
 from greenpool.client.uri import ClientSettings, parse_uri
@@ -128,10 +130,14 @@ class Client:
         checked out for longer, once per checkout (see :class:`greenpool.Pool`).
         greenpool's own setting, never a connection string option.
 
-    :param codec_keywords: PyMongo's codec options for the collection API
+    :param keywords: PyMongo's codec options for the collection API
         (``document_class``, ``tz_aware``, ``tzinfo``, ``uuidRepresentation``,
         ``type_registry``, ``datetime_conversion``,
-        ``unicode_decode_error_handler``; see :mod:`greenpool.client.codecs`).
+        ``unicode_decode_error_handler``; see :mod:`greenpool.client.codecs`),
+        and connection string options, as PyMongo's MongoClient takes them
+        (``maxPoolSize=20``, ``w="majority"``, ``retryWrites=False``): checked
+        as the URI's are, and winning over them; an unknown name is a
+        TypeError.
 
     The collection API is PyMongo's: ``client["shop"]`` or ``client.shop`` is
     a :class:`~greenpool.client.database.Database`, whose collections have
@@ -146,8 +152,9 @@ class Client:
 
     def __init__(self, uri: str, *, event_listeners: Iterable[object] = (),
                  acquire_sites: bool | None = None,
-                 long_hold_threshold: float | None = None, **codec_keywords: Any) -> None:
-        settings = parse_uri(uri)
+                 long_hold_threshold: float | None = None, **keywords: Any) -> None:
+        codec_keywords, uri_keywords = split_keywords(keywords)
+        settings = parse_uri(uri, uri_keywords)
         self.settings = settings
         self._defaults = Defaults(settings, codec_keywords)
         warn_inert_options(settings)
@@ -344,8 +351,17 @@ class Client:
                            timeout=timeout, timeout_mode=timeout_mode,
                            read_preference=read_preference, retry=retry)
 
-    def start_session(self, *, default_timeout: float | None = None) -> Session:
-        """A new session (for transactions); end it, or use it as a context manager.
+    def start_session(self, causal_consistency: bool | None = None,
+                      default_transaction_options: TransactionOptions | None = None,
+                      snapshot: bool | None = False, *,
+                      default_timeout: float | None = None) -> Session:
+        """A new session; end it, or use it as a context manager. As
+        PyMongo's: causally consistent unless ``causal_consistency=False`` or
+        ``snapshot=True`` (its reads see one snapshot of the data);
+        ``default_transaction_options`` (PyMongo's
+        :class:`~pymongo.client_session.TransactionOptions`) are its
+        transactions' options where ``start_transaction`` gives none, else
+        the client's read and write concern and read preference apply.
 
         ``default_timeout`` (seconds, 0 for none; the CSOT spec's
         defaultTimeoutMS) bounds its commit, abort and ``with_transaction``
@@ -353,8 +369,13 @@ class Client:
         """
         ops = self._operations
         ops.check_open()
+        defaults = self._defaults
         session = Session(ops, default_timeout=check_seconds("default_timeout", default_timeout),
-                          write_concern=write_concern_field(self._defaults.write_concern))
+                          client=ClientDefaults(defaults.read_concern, defaults.write_concern,
+                                                defaults.read_preference),
+                          causal_consistency=causal_consistency,
+                          default_transaction_options=default_transaction_options,
+                          snapshot=snapshot)
         ops.session_started(session)
         return session
 
@@ -453,7 +474,7 @@ class Client:
                             f"not {name_or_database!r}")
         self.get_database(name).command(
             _with_write_concern({"dropDatabase": 1}, self._defaults.write_concern, session),
-            session=session, comment=comment)
+            session=session, comment=comment, read_preference=readpref.WRITE)
 
     # -- closing --------------------------------------------------------------------------
 

@@ -81,6 +81,8 @@ __all__ = ["Collection", "DatabaseLike", "ReturnDocument"]
 # Codes of a drop that finds nothing to drop, which PyMongo ignores.
 _NAMESPACE_NOT_FOUND = 26
 _INDEX_NOT_FOUND = 27
+# The reads that take a read concern, and so a session's afterClusterTime or snapshot.
+_READ_CONCERN_READS = frozenset({"find", "aggregate", "distinct", "count"})
 
 
 class ReturnDocument:
@@ -580,15 +582,28 @@ class Collection:
                   **kwargs: Any) -> CommandCursor:
         """Run an aggregation pipeline; a cursor over its results. A
         pipeline ending in ``$out`` or ``$merge`` writes (with the
-        collection's write concern, on the primary) and returns no documents."""
+        collection's write concern) and returns no documents. Command
+        options as keywords (``allowDiskUse``, ``maxTimeMS``, ``hint``...);
+        ``batchSize`` sizes every batch (but a writing pipeline's first,
+        which the CRUD spec leaves to the server) and ``maxAwaitTimeMS`` is
+        each getMore's maxTimeMS, as PyMongo sends them."""
+        return self._aggregate(self._name, pipeline, session, let, comment, kwargs)
+
+    def _aggregate(self, target: str | int, pipeline: Sequence[Mapping[str, Any]],
+                   session: Session | None, let: Mapping[str, Any] | None, comment: Any,
+                   kwargs: dict[str, Any]) -> CommandCursor:
+        """An aggregate on ``target``: this collection's name, or 1 for a
+        database's collection-less stages (``Database.aggregate``)."""
         if not isinstance(pipeline, list):
             raise TypeError(f"pipeline must be a list of stages, not {pipeline!r}")
         writes = bool(pipeline) and isinstance(pipeline[-1], Mapping) and (
             "$out" in pipeline[-1] or "$merge" in pipeline[-1])
         command = self._read_command("aggregate", read_concern=True)
+        command["aggregate"] = target
         command["pipeline"] = pipeline
         batch_size = kwargs.pop("batchSize", kwargs.pop("batch_size", None))
-        command["cursor"] = {} if batch_size is None else {"batchSize": batch_size}
+        command["cursor"] = {} if batch_size is None or writes else {"batchSize": batch_size}
+        max_await = kwargs.pop("maxAwaitTimeMS", kwargs.pop("max_await_time_ms", None))
         if "maxTimeMS" not in kwargs and "max_time_ms" in kwargs:
             kwargs["maxTimeMS"] = kwargs.pop("max_time_ms")
         if "allowDiskUse" not in kwargs and "allow_disk_use" in kwargs:
@@ -603,8 +618,8 @@ class Collection:
         in_transaction = session is not None and session.in_transaction
         if writes and self._write_concern_field is not None and not in_transaction:
             command["writeConcern"] = self._write_concern_field
-        preference = readpref.PRIMARY if writes or in_transaction else self._read_preference
-        return CommandCursor(self._open_cursor(command, session, batch_size, preference))
+        return CommandCursor(self._open_cursor(command, session, batch_size or None,
+                                               max_await_time_ms=max_await))
 
     # -- indexes --------------------------------------------------------------------------
 
@@ -750,7 +765,7 @@ class Collection:
             session.decorate(command)
         elif field is not None:
             command["writeConcern"] = field
-        return ops.run_command(self._db, command, session, deadline, readpref.PRIMARY)
+        return ops.run_command(self._db, command, session, deadline, readpref.WRITE)
 
     def _run_write_command(self, command: Outgoing, session: Session | None, *,
                           dbname: str | None = None) -> dict[str, Any]:
@@ -771,7 +786,7 @@ class Collection:
         elif field is not None:
             command["writeConcern"] = field
         return ops.run_command(dbname or self._db, command, session, deadline,
-                               readpref.PRIMARY)
+                               readpref.WRITE)
 
     def _read(self, command: Outgoing, session: Session | None) -> dict[str, Any]:
         """Run a read command that answers in one reply, with the collection's
@@ -780,23 +795,33 @@ class Collection:
         deadline = ops.deadline(None, session)
         preference = self._read_preference
         if session is not None:
-            self._check_session(session)
-            if session.in_transaction:
-                preference = readpref.PRIMARY
-                command.pop("readConcern", None)  # the transaction's own applies
+            preference = self._in_session(command, session, preference)
             session.decorate(command)
         return ops.run_command(self._db, command, session, deadline, preference)
 
     def _open_cursor(self, command: Outgoing, session: Session | None, batch_size: int | None,
-                    preference: _ServerMode | None = None) -> Cursor:
+                     preference: _ServerMode | None = None, *,
+                     max_await_time_ms: int | None = None) -> Cursor:
         """Open a server cursor with ``command`` (find, aggregate, list*)."""
+        preference = preference or self._read_preference
         if session is not None:
-            self._check_session(session)
-            if session.in_transaction:
-                preference = readpref.PRIMARY
-                command.pop("readConcern", None)
+            preference = self._in_session(command, session, preference)
         return Cursor(self._ops, self._db, command, batch_size=batch_size, session=session,
-                      read_preference=preference or self._read_preference)
+                      read_preference=preference,
+                      max_await_time_ms=max_await_time_ms)
+
+    def _in_session(self, command: Outgoing, session: Session,
+                    preference: _ServerMode) -> _ServerMode:
+        """A read in ``session``: in a transaction, the transaction's read
+        preference (primary) and read concern (on its first command) apply;
+        outside one, the session's causal consistency or snapshot."""
+        self._check_session(session)
+        if session.in_transaction:
+            command.pop("readConcern", None)
+            return session.transaction_read_preference()
+        if next(iter(command)) in _READ_CONCERN_READS:
+            session.add_read_concern(command)
+        return preference
 
     def _read_command(self, name: str, *, read_concern: bool = True) -> Outgoing:
         """A new read command on this collection, with its read concern."""

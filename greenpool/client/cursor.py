@@ -22,6 +22,15 @@ rather than interleaving two requests on one connection.
 A cursor that is dropped without being closed is closed in a new greenlet
 (killCursors, and its pinned connection checked in).
 
+Tailable cursors (``tailable: true`` in the opening command) stay open at
+the end of the data: each ``next()`` that finds no buffered document sends
+one getMore, and stops the iteration if it brings nothing (``alive`` stays
+true; a later ``next()`` asks again), as PyMongo's tailable cursors do. A
+getMore carries the cursor's ``comment`` (the CRUD spec: a find's or an
+aggregate's comment goes on every getMore) and, given ``max_await_time_ms``,
+``maxTimeMS``: how long the server waits for new data (awaitData), within the
+time left under timeoutMS (the CSOT spec).
+
 Retries. The opening command is retried as :meth:`greenpool.Client.command`
 would retry it (a retryable read, or ``retry=True``), on a connection and an
 implicit session taken afresh; a ``getMore`` never is (the Retryable Reads
@@ -47,6 +56,7 @@ import gevent
 from pymongo.errors import ConnectionFailure, InvalidOperation, OperationFailure, PyMongoError
 from pymongo.read_preferences import _ServerMode
 
+from greenpool.client import readpref
 from greenpool.client.retries import has_write_stage
 from greenpool.client.timeouts import Deadline, check_seconds
 from greenpool.pool.connection import Connection, Purpose
@@ -59,6 +69,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Cursor"]
 
+#: The wire version (MongoDB 5.0) from which $out and $merge run on secondaries.
+_WRITE_STAGE_ON_SECONDARIES = 13
 #: The CSOT spec's timeoutMode values.
 CURSOR_LIFETIME = "cursorLifetime"
 ITERATION = "iteration"
@@ -74,7 +86,8 @@ class Cursor:
                  batch_size: int | None, session: Session | None,
                  timeout: float | None = None, timeout_mode: str | None = None,
                  read_preference: _ServerMode | None = None,
-                 retry: bool | None = None) -> None:
+                 retry: bool | None = None, comment: Any = None,
+                 max_await_time_ms: int | None = None) -> None:
         self._operations = operations
         #: The opening command's read preference (getMore and killCursors
         #: carry none).
@@ -98,8 +111,14 @@ class Cursor:
         #: The opening command's codec options, which its getMores' replies
         #: decode with too (the collection API's; None: the default).
         self._codec_options = command.codec_options if type(command) is Outgoing else None
+        #: What every getMore carries: the comment (given, else the opening
+        #: command's) and maxTimeMS for an awaitData wait.
+        self._comment = command.get("comment") if comment is None else comment
+        self._max_await_ms = max_await_time_ms
+        self._tailable = bool(command.get("tailable"))
         deadline = operations.deadline(timeout, session)
         self._mode = _timeout_mode(command, timeout_mode, deadline)
+        _check_max_await(max_await_time_ms, deadline)
         #: The deadline of the cursor's lifetime (cursorLifetime mode), or the
         #: one whose limit each next() gets anew (iteration mode).
         self._deadline = deadline
@@ -117,6 +136,18 @@ class Cursor:
     def id(self) -> int:
         """The server's cursor id; 0 once the server has no more documents."""
         return self._id
+
+    @property
+    def batch_size(self) -> int | None:
+        """Each getMore's batchSize (None: the server's choice)."""
+        return self._batch_size
+
+    @batch_size.setter
+    def batch_size(self, value: int | None) -> None:
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                  or value < 0):
+            raise ValueError(f"batch_size must be None or an int >= 0, not {value!r}")
+        self._batch_size = value or None
 
     @property
     def alive(self) -> bool:
@@ -149,9 +180,10 @@ class Cursor:
             return batch
 
     def _fill(self) -> bool:
-        """Fetch batches until one has documents; False at the end (the
-        pinned connection released). Buffered documents come back even after
-        the time is up; only a getMore needs time (the CSOT spec)."""
+        """Fetch batches until one has documents (a tailable cursor: one
+        batch); False at the end (the pinned connection released) or when a
+        tailable cursor's batch is empty. Buffered documents come back even
+        after the time is up; only a getMore needs time (the CSOT spec)."""
         deadline = self._deadline
         fresh = self._mode == ITERATION
         while not self._buffer:
@@ -163,6 +195,8 @@ class Cursor:
                 deadline = Deadline.after(deadline.limit)
                 fresh = False
             self._get_more(deadline)
+            if self._tailable:
+                return bool(self._buffer)
         return True
 
     def close(self, *, timeout: float | None = None) -> None:
@@ -237,8 +271,9 @@ class Cursor:
     def _open(self, command: dict[str, Any], deadline: Deadline | None,
               retry: bool | None) -> None:
         """Run the opening command, retried as the Retryable Reads spec says."""
-        # maxTimeMS only where the limit covers the server's whole work.
-        max_time = self._mode == CURSOR_LIFETIME
+        # maxTimeMS only where the limit covers the server's whole work, or
+        # bounds an awaitData cursor's first batch (the CSOT spec).
+        max_time = self._mode == CURSOR_LIFETIME or bool(command.get("awaitData"))
         try:
             self._round_trip(command, "firstBatch", deadline, max_time=max_time)
         except PyMongoError as error:
@@ -261,9 +296,13 @@ class Cursor:
             command.codec_options = self._codec_options
         if self._batch_size:
             command["batchSize"] = self._batch_size
+        if self._max_await_ms is not None:
+            command["maxTimeMS"] = self._await_ms(deadline)
+        if self._comment is not None:
+            command["comment"] = self._comment
         try:
-            # Never maxTimeMS on a getMore: the server reads it as the wait
-            # of an awaitData cursor, or refuses it (CSOT spec).
+            # No maxTimeMS from the deadline on a getMore: the server reads
+            # it as the wait of an awaitData cursor, or refuses it (CSOT spec).
             self._round_trip(command, "nextBatch", deadline, max_time=False)
         except ConnectionFailure as error:
             if error.timeout and deadline is not None and self._conn is None:
@@ -279,6 +318,15 @@ class Cursor:
         if self._id == 0:
             self._release()
             self._end_implicit_session()
+
+    def _await_ms(self, deadline: Deadline | None) -> int:
+        """An awaitData getMore's maxTimeMS: max_await_time_ms, within the
+        time left less the server's minimum round trip (the CSOT spec)."""
+        assert self._max_await_ms is not None
+        if deadline is None or not deadline.bounded:
+            return self._max_await_ms
+        left = deadline.max_time_ms(self._operations.min_round_trip)
+        return min(self._max_await_ms, left)
 
     def _read(self, reply: Mapping[str, Any], field: str) -> None:
         cursor = reply.get("cursor")
@@ -320,7 +368,9 @@ class Cursor:
         with ops.lease(session, Purpose.CURSOR, keep=self._keep, deadline=deadline) as conn:
             self._attach_lsid(command)
             if batch == "firstBatch" and self._read_preference is not None:
-                ops.add_read_preference(command, self._read_preference, session)
+                preference = _opening_preference(self._read_preference, command, conn,
+                                                 ops.load_balanced)
+                ops.add_read_preference(command, preference, session)
             reply = ops.send(conn, self._db, command, session, deadline, max_time)
             if batch is not None:
                 self._read(reply, batch)
@@ -371,6 +421,34 @@ def _timeout_mode(command: Mapping[str, Any], mode: str | None,
         raise InvalidOperation("timeout_mode='iteration' cannot bound an aggregate with "
                                "$out or $merge")
     return mode
+
+
+def _opening_preference(preference: _ServerMode, command: Mapping[str, Any],
+                        conn: Connection[Link], load_balanced: bool) -> _ServerMode:
+    """The read preference the opening command carries: the cursor's, but
+    primary for an aggregate with ``$out`` or ``$merge`` on a server older
+    than MongoDB 5.0 (wire version 13), where such a pipeline runs on the
+    primary only (the CRUD spec's "Read preferences and server selection";
+    behind a load balancer the spec assumes 5.0)."""
+    if (preference.mode != readpref.PRIMARY.mode and not load_balanced
+            and conn.transport is not None
+            and conn.transport.max_wire_version < _WRITE_STAGE_ON_SECONDARIES
+            and has_write_stage(command)):
+        return readpref.PRIMARY
+    return preference
+
+
+def _check_max_await(max_await_ms: int | None, deadline: Deadline | None) -> None:
+    """Refuse a wait for new data as long as the time limit, or longer (the
+    CSOT spec): the client would give up before the server answered."""
+    if max_await_ms is None:
+        return
+    if isinstance(max_await_ms, bool) or not isinstance(max_await_ms, int) or max_await_ms < 0:
+        raise ValueError(f"max_await_time_ms must be an int >= 0, not {max_await_ms!r}")
+    if deadline is not None and deadline.bounded and max_await_ms >= deadline.limit * 1000:
+        raise InvalidOperation(
+            f"max_await_time_ms={max_await_ms} must be less than the time limit of "
+            f"{deadline.limit * 1000:g} ms (timeoutMS): the wait would outlast it")
 
 
 def _reap(ops: Operations, db: str, collection: str, cursor_id: int,

@@ -45,6 +45,8 @@ from greenpool.wire.messages import Outgoing, check_database_name
 __all__ = ["CACHED_NAMES", "Database", "Defaults"]
 
 _NAMESPACE_NOT_FOUND = 26
+# The namespace of a database aggregate's cursor (the server names it so).
+_AGGREGATE_NAMESPACE = "$cmd.aggregate"
 # Databases and collections made with their parent's options are kept, so that
 # ``client.shop.orders`` in a loop resolves nothing again; bounded, so that a
 # program that makes up names cannot grow the caches forever.
@@ -270,6 +272,52 @@ class Database:
             if check:
                 raise
             return error.details
+
+    def cursor_command(self, command: str | Mapping[str, Any], value: Any = 1,
+                       read_preference: Any = None,
+                       codec_options: CodecOptions[Any] | None = None,
+                       session: Session | None = None, comment: Any = None,
+                       max_await_time_ms: int | None = None, **kwargs: Any) -> CommandCursor:
+        """Run a command that opens a cursor (``db.cursor_command("find",
+        "orders", filter={...})``) and return a cursor over its documents,
+        as PyMongo's does: like :meth:`command` (no read or write concern
+        added, primary unless ``read_preference`` says otherwise, never
+        retried), the reply read with ``codec_options``; ``comment`` goes on
+        each getMore, and ``max_await_time_ms`` is each getMore's maxTimeMS
+        (a tailable awaitData cursor's wait for new data)."""
+        document = Outgoing()
+        if isinstance(command, str):
+            document[command] = value
+        elif isinstance(command, Mapping):
+            document.update(command)
+        else:
+            raise TypeError(f"command must be a command name or a document, not {command!r}")
+        document.update(kwargs)
+        document.codec_options = check_codec_options(codec_options,
+                                                     default=DEFAULT_CODEC_OPTIONS)
+        preference = readpref.PRIMARY if read_preference is None else readpref.coerce(
+            read_preference)
+        if session is not None:
+            _check_session(session, self._ops)
+            if session.in_transaction and preference.mode != readpref.PRIMARY.mode:
+                raise InvalidOperation(f"read preference in a transaction must be primary, "
+                                       f"not {preference.document!r}")
+        return CommandCursor(Cursor(
+            self._ops, self._name, document, batch_size=None, session=session,
+            read_preference=preference, retry=False, comment=comment,
+            max_await_time_ms=max_await_time_ms))
+
+    def aggregate(self, pipeline: list[Mapping[str, Any]], session: Session | None = None,
+                  **kwargs: Any) -> CommandCursor:
+        """Run an aggregation pipeline of collection-less stages
+        (``$currentOp``, ``$listLocalSessions``...) on this database; a
+        cursor over its results. Options as for
+        :meth:`Collection.aggregate <greenpool.client.collection.Collection.aggregate>`
+        (``let`` and ``comment`` among the keywords), with this database's
+        read preference, read and write concern."""
+        let, comment = kwargs.pop("let", None), kwargs.pop("comment", None)
+        return Collection(self, _AGGREGATE_NAMESPACE)._aggregate(1, pipeline, session, let,
+                                                                 comment, kwargs)
 
     def _run(self, command: Outgoing, session: Session | None,
              preference: _ServerMode) -> dict[str, Any]:

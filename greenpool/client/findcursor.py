@@ -19,6 +19,7 @@ Rules. This module sends nothing itself: a FindCursor asks its collection
 
 from __future__ import annotations
 
+import warnings
 from collections import deque
 from collections.abc import Iterator, Mapping
 from typing import Any, Protocol
@@ -45,7 +46,8 @@ class CollectionLike(Protocol):
     def _read_command(self, name: str, *, read_concern: bool = True) -> Outgoing: ...
 
     def _open_cursor(self, command: Outgoing, session: Session | None, batch_size: int | None,
-                    preference: _ServerMode | None = None) -> Cursor: ...
+                     preference: _ServerMode | None = None, *,
+                     max_await_time_ms: int | None = None) -> Cursor: ...
 
 
 def index_document(keys: Any, direction: Any = None) -> dict[str, Any]:
@@ -95,10 +97,16 @@ def projection_document(projection: Any) -> Mapping[str, Any]:
 # find()'s keyword arguments and the find command's field for each.
 _FIELDS = {
     "no_cursor_timeout": "noCursorTimeout", "allow_partial_results": "allowPartialResults",
-    "collation": "collation", "max_time_ms": "maxTimeMS", "max": "max", "min": "min",
-    "return_key": "returnKey", "show_record_id": "showRecordId", "comment": "comment",
+    "oplog_replay": "oplogReplay", "collation": "collation", "max_scan": "maxScan",
+    "max_time_ms": "maxTimeMS", "max": "max", "min": "min", "return_key": "returnKey",
+    "show_record_id": "showRecordId", "snapshot": "snapshot", "comment": "comment",
     "allow_disk_use": "allowDiskUse", "let": "let",
 }
+# PyMongo's CursorType values (pymongo.CursorType): tailable is the query
+# flag 2, awaitData 32, exhaust 64.
+NON_TAILABLE, _TAILABLE_FLAG, _AWAIT_DATA_FLAG, EXHAUST = 0, 2, 32, 64
+TAILABLE, TAILABLE_AWAIT = _TAILABLE_FLAG, _TAILABLE_FLAG | _AWAIT_DATA_FLAG
+_CURSOR_TYPES = (NON_TAILABLE, TAILABLE, TAILABLE_AWAIT)
 
 
 class FindCursor:
@@ -106,18 +114,28 @@ class FindCursor:
 
     def __init__(self, collection: CollectionLike, filter: Mapping[str, Any] | None = None,
                  projection: Any = None, skip: int = 0, limit: int = 0,
-                 no_cursor_timeout: bool = False, sort: Any = None,
-                 allow_partial_results: bool = False, batch_size: int = 0,
+                 no_cursor_timeout: bool = False, cursor_type: int = NON_TAILABLE,
+                 sort: Any = None, allow_partial_results: bool = False,
+                 oplog_replay: bool = False, batch_size: int = 0,
                  collation: Mapping[str, Any] | None = None, hint: Any = None,
-                 max_time_ms: int | None = None, max: Mapping[str, Any] | None = None,
-                 min: Mapping[str, Any] | None = None, return_key: bool | None = None,
-                 show_record_id: bool | None = None, comment: Any = None,
+                 max_scan: int | None = None, max_time_ms: int | None = None,
+                 max: Mapping[str, Any] | None = None, min: Mapping[str, Any] | None = None,
+                 return_key: bool | None = None, show_record_id: bool | None = None,
+                 snapshot: bool | None = None, comment: Any = None,
                  session: Session | None = None, allow_disk_use: bool | None = None,
                  let: Mapping[str, Any] | None = None) -> None:
         if filter is not None and not isinstance(filter, Mapping):
             raise TypeError(f"filter must be a document (a dict or another mapping), "
                             f"not {filter!r}")
+        if cursor_type not in _CURSOR_TYPES:
+            raise ValueError(
+                f"cursor_type must be CursorType.NON_TAILABLE, TAILABLE or TAILABLE_AWAIT, "
+                f"not {cursor_type!r}" + (
+                    "; greenpool.Client has no exhaust cursors (greenpool.pymongo.MongoClient "
+                    "has them)" if cursor_type == EXHAUST else ""))
         self._collection = collection
+        self._cursor_type = cursor_type
+        self._max_await_time_ms: int | None = None
         self._filter = filter if filter is not None else {}
         self._projection = None if projection is None else projection_document(projection)
         self._session = session
@@ -134,9 +152,11 @@ class FindCursor:
         self._options: dict[str, Any] = {}
         given = {"no_cursor_timeout": no_cursor_timeout or None,
                  "allow_partial_results": allow_partial_results or None,
-                 "collation": collation, "max_time_ms": max_time_ms, "max": max, "min": min,
+                 "oplog_replay": oplog_replay or None, "collation": collation,
+                 "max_scan": max_scan, "max_time_ms": max_time_ms, "max": max, "min": min,
                  "return_key": return_key, "show_record_id": show_record_id,
-                 "comment": comment, "allow_disk_use": allow_disk_use, "let": let}
+                 "snapshot": snapshot, "comment": comment, "allow_disk_use": allow_disk_use,
+                 "let": let}
         for name, value in given.items():
             if value is not None:
                 self._options[_FIELDS[name]] = value
@@ -188,7 +208,26 @@ class FindCursor:
         return self._set("maxTimeMS", max_time_ms)
 
     def comment(self, comment: Any) -> FindCursor:
+        """Attach ``comment`` to the find and to each of its getMores."""
         return self._set("comment", comment)
+
+    def max_await_time_ms(self, max_await_time_ms: int | None) -> FindCursor:
+        """How long (ms) the server waits for new data in a getMore of a
+        ``CursorType.TAILABLE_AWAIT`` cursor before it answers with an empty
+        batch. Only that cursor type waits: for any other a value warns and
+        is left out, where PyMongo ignores it silently."""
+        if max_await_time_ms is not None and (isinstance(max_await_time_ms, bool) or not
+                                              isinstance(max_await_time_ms, int)):
+            raise TypeError(f"max_await_time_ms must be an int or None, "
+                            f"not {max_await_time_ms!r}")
+        self._check_not_started()
+        if max_await_time_ms is not None and self._cursor_type != TAILABLE_AWAIT:
+            warnings.warn(f"max_await_time_ms={max_await_time_ms} is ignored: only a "
+                          f"CursorType.TAILABLE_AWAIT cursor waits for new data",
+                          UserWarning, stacklevel=2)
+            return self
+        self._max_await_time_ms = max_await_time_ms
+        return self
 
     def allow_disk_use(self, allow_disk_use: bool) -> FindCursor:
         return self._set("allowDiskUse", allow_disk_use)
@@ -228,9 +267,15 @@ class FindCursor:
             if limit < 0:
                 command["singleBatch"] = True
         if batch_size:
-            command["batchSize"] = min(batch_size, abs(limit)) if limit else batch_size
+            # The CRUD spec: a batch as large as the limit would leave the
+            # server cursor open for a killCursors; one more closes it.
+            command["batchSize"] = batch_size + 1 if batch_size == limit else batch_size
         if self._hint is not None:
             command["hint"] = self._hint
+        if self._cursor_type & _TAILABLE_FLAG:
+            command["tailable"] = True
+            if self._cursor_type & _AWAIT_DATA_FLAG:
+                command["awaitData"] = True
         command.update(self._options)
         return command
 
@@ -244,7 +289,8 @@ class FindCursor:
     def _opened(self) -> Cursor:
         if self._cursor is None:
             self._cursor = self._collection._open_cursor(
-                self._command(), self._session, self._batch_size or None)
+                self._command(), self._session, self._batch_size or None,
+                max_await_time_ms=self._max_await_time_ms)
         return self._cursor
 
     def __iter__(self) -> Iterator[Any]:
@@ -332,6 +378,14 @@ class CommandCursor:
     def try_next(self) -> Any:
         """The next document, or None when there is none (yet)."""
         return next(self, None)
+
+    def batch_size(self, batch_size: int) -> CommandCursor:
+        """Fetch this many documents per getMore (0: the server's choice)."""
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 0:
+            raise ValueError(f"batch_size must be an int >= 0, not {batch_size!r}")
+        if self._cursor is not None:
+            self._cursor.batch_size = batch_size
+        return self
 
     @property
     def alive(self) -> bool:

@@ -37,7 +37,7 @@ import contextlib
 import time
 import uuid
 import weakref
-from collections.abc import Callable, Iterator, MutableMapping
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from bson.binary import UUID_SUBTYPE, Binary
@@ -95,6 +95,9 @@ class SessionLike(Protocol):
 
     def sending(self, command: MutableMapping[str, Any]) -> None:
         """``command`` is about to go out in this session."""
+
+    def received(self, reply: Mapping[str, Any]) -> None:
+        """A reply (or a refusal's) to a command in this session came in."""
 
     def next_txn_number(self) -> int:
         """A transaction number not used before in this session (for a
@@ -161,6 +164,12 @@ class Operations:
     def closing(self) -> bool:
         """Whether :meth:`close` has begun (or finished): new work is refused."""
         return self._closing
+
+    @property
+    def min_round_trip(self) -> float:
+        """The server's minimum round-trip time in seconds, which a maxTimeMS
+        computed from a deadline leaves out (the CSOT spec)."""
+        return self._min_round_trip.value
 
     def check_open(self) -> None:
         """Refuse new work once closing has begun."""
@@ -287,9 +296,11 @@ class Operations:
                             session: SessionLike | None) -> None:
         """Add ``$readPreference`` to a read command about to go to the
         selected server, where the Server Selection spec says (after
-        selection: it depends on the server's type)."""
-        if preference is readpref.PRIMARY and self.topology.plain_primary_reads:
-            return  # the common case, ahead of command_field's general one
+        selection: it depends on the server's type); a write
+        (:data:`readpref.WRITE <greenpool.client.readpref.WRITE>`) carries none."""
+        if preference is readpref.WRITE or (
+                preference is readpref.PRIMARY and self.topology.plain_primary_reads):
+            return  # the common cases, ahead of command_field's general one
         field = readpref.command_field(
             preference, load_balanced=self.load_balanced,
             server_type=self.topology.server.server_type,
@@ -326,10 +337,10 @@ class Operations:
         if not events.listeners:
             # The hot path: no command events, so no request ID or clock of our own.
             try:
-                return link.command(dbname, command, timeout=round_trip)
+                reply = link.command(dbname, command, timeout=round_trip)
             except PyMongoError as error:
                 self.topology.handle_error(error, Phase.OPERATION, conn)
-                _transaction_error(session, next(iter(command)), error)
+                _session_error(session, next(iter(command)), error)
                 raise
             except BaseException as error:
                 # Not a refusal nor a network error (a bug, an unencodable
@@ -337,6 +348,9 @@ class Operations:
                 # known to be clean, so checkin closes it.
                 conn.mark_errored(error)
                 raise
+            if session is not None:
+                session.received(reply)
+            return reply
         return self._send_with_events(conn, link, dbname, command, session, round_trip)
 
     def _send_with_events(self, conn: Connection[Link], link: Link, dbname: str,
@@ -355,7 +369,7 @@ class Operations:
             events.failed(time.perf_counter() - started, error, command, dbname,
                           request_id, self.address, service_id, server_id)
             self.topology.handle_error(error, Phase.OPERATION, conn)
-            _transaction_error(session, name, error)
+            _session_error(session, name, error)
             raise
         except BaseException as error:
             conn.mark_errored(error)  # as in send
@@ -365,6 +379,8 @@ class Operations:
             raise
         events.succeeded(time.perf_counter() - started, reply, name, dbname, request_id,
                          self.address, service_id, server_id)
+        if session is not None:
+            session.received(reply)
         return reply
 
     def run_in_session(self, session: SessionLike, dbname: str, command: dict[str, Any],
@@ -660,6 +676,14 @@ def _timed_out(deadline: Deadline, error: PyMongoError) -> PyMongoError:
     timed_out = deadline.exceeded(f"retrying gave up; last error: {error}")
     timed_out.__cause__ = error
     return timed_out
+
+
+def _session_error(session: SessionLike | None, name: str, error: PyMongoError) -> None:
+    """What a failed command in ``session`` means to it: a refusal's reply
+    counts as a reply (its operationTime); then the transaction's rules."""
+    if session is not None and isinstance(error, OperationFailure) and error.details:
+        session.received(error.details)
+    _transaction_error(session, name, error)
 
 
 def _transaction_error(session: SessionLike | None, name: str, error: PyMongoError) -> None:

@@ -38,6 +38,7 @@ from typing import Any
 from pymongo.errors import ConfigurationError as _PyMongoConfigurationError
 from pymongo.read_preferences import (
     _MONGOS_MODES,
+    Primary,
     ReadPreference,
     _ServerMode,
     make_read_preference,
@@ -46,10 +47,17 @@ from pymongo.server_type import SERVER_TYPE
 
 from greenpool.errors import ConfigurationError
 
-__all__ = ["PRIMARY", "PRIMARY_ALONE", "SERVER_TYPE", "coerce", "command_field", "make"]
+__all__ = ["PRIMARY", "PRIMARY_ALONE", "SERVER_TYPE", "WRITE", "coerce", "command_field",
+           "make"]
 
 #: The default read preference.
 PRIMARY: _ServerMode = ReadPreference.PRIMARY
+#: What a write is sent with (the collection API's inserts, updates,
+#: deletes, findAndModify and its other writing commands): primary for
+#: server selection, and no ``$readPreference`` whatever the server, since
+#: the Server Selection spec's rules for sending one are for reads (PyMongo's
+#: writes carry none). Told apart from PRIMARY by identity.
+WRITE: _ServerMode = Primary()
 _PRIMARY_PREFERRED = {"mode": "primaryPreferred"}
 _DOCUMENT_KEYS = frozenset({"mode", "tags", "maxStalenessSeconds"})
 

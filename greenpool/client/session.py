@@ -8,6 +8,17 @@ client's :class:`~greenpool.client.operations.Operations` do the I/O.
 transaction on ``TransientTransactionError``, and the commit on
 ``UnknownTransactionCommitResult``, for up to 120 seconds.
 
+A session keeps the latest ``operationTime`` its replies carry. A causally
+consistent session (the default, as PyMongo's) reads after it: the
+collection API's reads outside a transaction (find, aggregate, distinct,
+count) carry ``readConcern.afterClusterTime`` once the session has one (the
+Causal Consistency spec), and so does a transaction's first command. A
+snapshot session's reads carry ``readConcern.level: snapshot``, then the
+``atClusterTime`` its first read was answered at. A transaction runs with
+the options :mod:`greenpool.client.sessionopts` resolves: its read concern on
+its first command, its write concern on its commit and abort, its
+maxCommitTimeMS on its commit.
+
 In load-balanced mode a transaction keeps one connection from its first
 command to its commit or abort (``pinned``), so that every command reaches
 the same service behind the balancer.
@@ -26,17 +37,29 @@ import enum
 import time
 import uuid
 from collections.abc import Callable, Mapping, MutableMapping
+from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from bson.binary import UUID_SUBTYPE, Binary
+from bson.timestamp import Timestamp
+from pymongo.client_session import SessionOptions, TransactionOptions  # type: ignore[attr-defined]
 from pymongo.errors import (
-    ConfigurationError,
     ConnectionFailure,
     InvalidOperation,
     OperationFailure,
     PyMongoError,
 )
+from pymongo.read_concern import ReadConcern
+from pymongo.read_preferences import _ServerMode
+from pymongo.write_concern import WriteConcern
 
+from greenpool.client import readpref
+from greenpool.client.sessionopts import (
+    ClientDefaults,
+    TransactionSettings,
+    session_modes,
+    transaction_settings,
+)
 from greenpool.client.timeouts import Deadline, check_seconds, resolve
 
 if TYPE_CHECKING:
@@ -54,6 +77,8 @@ WITH_TRANSACTION_TIMEOUT = 120.0
 _MAX_TIME_MS_EXPIRED = 50
 # Retried commits use majority write concern so the retry cannot double-apply.
 _RETRY_COMMIT_WRITE_CONCERN = {"w": "majority", "wtimeout": 10_000}
+# The client's options when a session is made without them (tests).
+_SERVER_DEFAULTS = ClientDefaults(ReadConcern(), WriteConcern(), readpref.PRIMARY)
 
 
 class TransactionState(enum.Enum):
@@ -75,12 +100,25 @@ class Session:
     """
 
     def __init__(self, operations: Operations, *,
-                 default_timeout: float | None = None,
-                 write_concern: Mapping[str, Any] | None = None) -> None:
+                 default_timeout: float | None = None, client: ClientDefaults | None = None,
+                 causal_consistency: bool | None = None,
+                 default_transaction_options: TransactionOptions | None = None,
+                 snapshot: bool | None = False) -> None:
+        causal, snapshot = session_modes(causal_consistency, default_transaction_options,
+                                         snapshot)
         self._operations = operations
-        #: The writeConcern document a commit or abort carries (the client's;
-        #: None: the server's default), as the Transactions spec says.
-        self.write_concern = write_concern
+        self._client = _SERVER_DEFAULTS if client is None else client
+        self._options = SessionOptions(causal_consistency=causal,
+                                       default_transaction_options=default_transaction_options,
+                                       snapshot=snapshot)
+        self._causal = causal
+        self._snapshot = snapshot
+        #: The current (or last) transaction's options (None before the first).
+        self._transaction: TransactionSettings | None = None
+        #: The latest operationTime of a reply in this session.
+        self._operation_time: Timestamp | None = None
+        #: A snapshot session's time: the atClusterTime of its first read.
+        self._snapshot_time: Timestamp | None = None
         #: defaultTimeoutMS in seconds (None: the client's timeoutMS applies).
         self.default_timeout = default_timeout
         # The with_transaction call's deadline, which every operation in the
@@ -101,6 +139,41 @@ class Session:
         return self._operations
 
     @property
+    def session_id(self) -> dict[str, Any]:
+        """The session's id, the ``lsid`` document its commands carry."""
+        return self.lsid
+
+    @property
+    def options(self) -> SessionOptions:
+        """The session's options, as PyMongo's
+        :class:`~pymongo.client_session.SessionOptions`."""
+        return self._options
+
+    @property
+    def has_ended(self) -> bool:
+        """Whether :meth:`end_session` was called."""
+        return self.ended
+
+    @property
+    def operation_time(self) -> Timestamp | None:
+        """The latest operationTime a reply in this session carried (None before)."""
+        return self._operation_time
+
+    def advance_operation_time(self, operation_time: Timestamp) -> None:
+        """Read after ``operation_time`` too (another session's, say), if it is later."""
+        if not isinstance(operation_time, Timestamp):
+            raise TypeError(f"operation_time must be a bson.timestamp.Timestamp, "
+                            f"not {operation_time!r}")
+        if self._operation_time is None or operation_time > self._operation_time:
+            self._operation_time = operation_time
+
+    @property
+    def write_concern(self) -> dict[str, Any] | None:
+        """The writeConcern document the transaction's commit and abort carry
+        (None: the server's default), as the Transactions spec says."""
+        return None if self._transaction is None else self._transaction.write_concern_field
+
+    @property
     def deadline(self) -> Deadline | None:
         """The deadline every operation in this session shares while
         :meth:`with_transaction` runs with a time limit; None otherwise."""
@@ -113,19 +186,49 @@ class Session:
 
     # -- the state machine ------------------------------------------------------
 
-    def start_transaction(self) -> None:
-        """Begin a transaction; the next command in this session starts it."""
+    def start_transaction(self, read_concern: ReadConcern | None = None,
+                          write_concern: WriteConcern | None = None,
+                          read_preference: _ServerMode | None = None,
+                          max_commit_time_ms: int | None = None) -> _TransactionContext:
+        """Begin a transaction; the next command in this session starts it.
+        Each option not given is the session's ``default_transaction_options``
+        one, else the client's. As PyMongo's, it returns a context manager
+        that commits at the end of its block, or aborts if the block raises:
+        ``with session.start_transaction(): ...``."""
         self._check_not_ended()
+        if self._snapshot:
+            raise InvalidOperation("a snapshot session cannot run transactions")
         if self.in_transaction:
             raise InvalidOperation("Transaction already in progress")
-        if self.write_concern is not None and self.write_concern.get("w") == 0:
-            raise ConfigurationError(
-                f"a transaction cannot run with an unacknowledged write concern "
-                f"({dict(self.write_concern)!r}): its commit must be acknowledged")
+        settings = self._transaction_settings(read_concern, write_concern, read_preference,
+                                              max_commit_time_ms)
         self._unpin()
+        self._transaction = settings
         self.txn_number += 1
         self.state = TransactionState.STARTING
         self._commit_attempts = 0
+        return _TransactionContext(self)
+
+    @property
+    def _max_commit_time_ms(self) -> int | None:
+        return None if self._transaction is None else self._transaction.max_commit_time_ms
+
+    def _transaction_settings(self, read_concern: object, write_concern: object,
+                              read_preference: object,
+                              max_commit_time_ms: object) -> TransactionSettings:
+        return transaction_settings(read_concern, write_concern, read_preference,
+                                    max_commit_time_ms,
+                                    self._options.default_transaction_options, self._client)
+
+    def transaction_read_preference(self) -> _ServerMode:
+        """The read preference of an operation in the transaction: it must
+        be primary (the Transactions spec), else InvalidOperation."""
+        assert self._transaction is not None  # in a transaction
+        preference = self._transaction.read_preference
+        if preference.mode != readpref.PRIMARY.mode:
+            raise InvalidOperation(f"read preference in a transaction must be primary, "
+                                   f"not {preference.document!r}")
+        return readpref.PRIMARY
 
     def decorate(self, command: MutableMapping[str, Any]) -> None:
         """Add what this session and its transaction require to ``command``,
@@ -149,7 +252,44 @@ class Session:
         if (self.state is TransactionState.STARTING
                 and command.get("txnNumber") == self.txn_number):
             command["startTransaction"] = True
+            assert self._transaction is not None  # STARTING
+            read_concern = self._transaction.read_concern_field
+            if read_concern is not None:
+                command["readConcern"] = read_concern
+            if self._causal and self._operation_time is not None:
+                command["readConcern"] = {**(read_concern or {}),
+                                          "afterClusterTime": self._operation_time}
             self.state = TransactionState.IN_PROGRESS
+
+    def add_read_concern(self, command: MutableMapping[str, Any]) -> None:
+        """A read outside a transaction (find, aggregate, distinct, count):
+        in a causally consistent session, ``afterClusterTime`` once the
+        session has an operationTime; in a snapshot session the snapshot
+        level and, after the first read, its ``atClusterTime``. The
+        collection's own level is kept (its document is copied, not changed)."""
+        if self._snapshot:
+            fields: dict[str, Any] = {"level": "snapshot"}
+            if self._snapshot_time is not None:
+                fields["atClusterTime"] = self._snapshot_time
+        elif self._causal and self._operation_time is not None:
+            fields = {"afterClusterTime": self._operation_time}
+        else:
+            return
+        command["readConcern"] = {**command.get("readConcern", {}), **fields}
+
+    def received(self, reply: Mapping[str, Any]) -> None:
+        """A reply (or a refusal's) came in this session: keep its
+        operationTime, and a snapshot session's first read time."""
+        operation_time = reply.get("operationTime")
+        if isinstance(operation_time, Timestamp) and (
+                self._operation_time is None or operation_time > self._operation_time):
+            self._operation_time = operation_time
+        if self._snapshot and self._snapshot_time is None:
+            cursor = reply.get("cursor")
+            at = (cursor.get("atClusterTime") if isinstance(cursor, Mapping)
+                  else reply.get("atClusterTime"))
+            if isinstance(at, Timestamp):
+                self._snapshot_time = at
 
     def next_txn_number(self) -> int:
         """A transaction number not used before in this session, for a
@@ -177,6 +317,8 @@ class Session:
             command["writeConcern"] = self._retry_write_concern()
         elif self.write_concern is not None:
             command["writeConcern"] = dict(self.write_concern)
+        if self._max_commit_time_ms is not None:
+            command["maxTimeMS"] = self._max_commit_time_ms
         self._commit_attempts += 1
         deadline = self._finishing_deadline(timeout)
         try:
@@ -221,10 +363,15 @@ class Session:
                 or error.has_error_label("UnknownTransactionCommitResult")):
             self._unpin()
 
-    def with_transaction(self, callback: Callable[[Session], R], *,
+    def with_transaction(self, callback: Callable[[Session], R],
+                         read_concern: ReadConcern | None = None,
+                         write_concern: WriteConcern | None = None,
+                         read_preference: _ServerMode | None = None,
+                         max_commit_time_ms: int | None = None, *,
                          timeout: float | None = None) -> R:
         """Run ``callback(session)`` in a transaction and commit, retrying as
-        the Transactions spec's convenient API does; return its result.
+        the Transactions spec's convenient API does; return its result. The
+        transaction's options are as for :meth:`start_transaction`.
 
         With a time limit (``timeout`` in seconds, else the session's
         default_timeout, else the client's timeoutMS) the whole call, retries
@@ -248,10 +395,13 @@ class Session:
                 return not deadline.expired()
             return time.monotonic() - started < WITH_TRANSACTION_TIMEOUT
 
+        self._transaction_settings(read_concern, write_concern, read_preference,
+                                   max_commit_time_ms)  # checked before anything runs
         self._deadline = deadline
         try:
             while True:
-                self.start_transaction()
+                self.start_transaction(read_concern, write_concern, read_preference,
+                                       max_commit_time_ms)
                 try:
                     result = callback(self)
                 except BaseException as error:
@@ -344,9 +494,11 @@ class Session:
             if deadline is not None and deadline.bounded and deadline.expired():
                 raise  # no time left to retry in
             self._unpin()
+            command.pop("maxTimeMS", None)  # the retry computes its own
             if "commitTransaction" in command:
                 command["writeConcern"] = self._retry_write_concern()
-            command.pop("maxTimeMS", None)  # the retry computes its own
+                if self._max_commit_time_ms is not None:
+                    command["maxTimeMS"] = self._max_commit_time_ms
             self._operations.run_in_session(self, "admin", command, deadline)
 
     def _retry_write_concern(self) -> dict[str, Any]:
@@ -372,6 +524,29 @@ class Session:
     def _check_not_ended(self) -> None:
         if self.ended:
             raise InvalidOperation("Cannot use ended session")
+
+
+class _TransactionContext:
+    """What :meth:`Session.start_transaction` returns: a block that commits
+    the transaction when it ends, or aborts it when it raises (if the block
+    did neither itself)."""
+
+    __slots__ = ("_session",)
+
+    def __init__(self, session: Session) -> None:
+        self._session = session
+
+    def __enter__(self) -> _TransactionContext:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        if not self._session.in_transaction:
+            return
+        if error is None:
+            self._session.commit_transaction()
+        else:
+            self._session.abort_transaction()
 
 
 def _raise_timed_out(deadline: Deadline | None, error: PyMongoError) -> None:

@@ -17,7 +17,11 @@ A connection string is read in this module's order:
    value of a known option, and an unknown option, are warned about and
    ignored, as the URI Options spec says; a bad credential, TLS file, read or
    write concern option raises, since going on without it would connect, read
-   or write differently;
+   or write differently; then the same options given as keyword arguments
+   (``greenpool.Client(uri, maxPoolSize=20, w="majority")``, as PyMongo's
+   MongoClient takes them), which win over the connection string's, through
+   the same table: there a bad value raises, and an unknown name is a
+   TypeError;
 4. for ``mongodb+srv://``, the SRV and TXT records (looked up through
    :mod:`greenpool.client.dns`) and the seedlist rules;
 5. the rules across options (:func:`_check_combinations`);
@@ -86,8 +90,11 @@ class InvalidURIError(ConfigurationError, _pymongo_errors.InvalidURI):
     """
 
 
-def parse_uri(uri: str) -> ClientSettings:
-    """Parse and validate a ``mongodb://`` or ``mongodb+srv://`` connection string.
+def parse_uri(uri: str, keywords: Mapping[str, Any] | None = None) -> ClientSettings:
+    """Parse and validate a ``mongodb://`` or ``mongodb+srv://`` connection string,
+    and ``keywords``: connection string options as keyword arguments (Python
+    values: ``maxPoolSize=20``, ``retryWrites=False``, ``readPreferenceTags=[{"dc":
+    "ny"}]``; None means not given), which win over the string's.
 
     For ``mongodb+srv://`` the SRV and TXT records are looked up first (with
     connectTimeoutMS as the DNS time limit), then the whole result is
@@ -105,7 +112,7 @@ string names 2: a:27017,b:27017
     """
     if not isinstance(uri, str):
         raise ConfigurationError(f"a connection string must be a str, not {type(uri).__name__}")
-    reader = _Reader(uri)
+    reader = _Reader(uri, keywords or {})
     try:
         return reader.read()
     finally:
@@ -483,9 +490,11 @@ _OPTIONS: Final = _table(
 class _Reader:
     """One connection string being read; it gathers the warnings to give."""
 
-    def __init__(self, uri: str) -> None:
+    def __init__(self, uri: str, keywords: Mapping[str, Any]) -> None:
         self.uri = uri
-        self.secrets = uri_secrets(uri)
+        self.keywords = keywords
+        self.secrets = uri_secrets(uri) + tuple(
+            str(value) for name, value in keywords.items() if looks_secret(name) and value)
         self.warnings: list[str] = []
         #: Options by lower-case name: (name as written, value as written, converted).
         self.options: dict[str, tuple[str, str, Any]] = {}
@@ -505,6 +514,7 @@ class _Reader:
         hosts = _hosts(parts.hosts, srv=parts.srv)
         database = _database(parts.database)
         self._read_options(parts.query, source=None)
+        self._read_keywords()
         srv_host = None
         if parts.srv:
             srv_host = str(hosts[0][0])
@@ -569,6 +579,42 @@ class _Reader:
             converted = (*self._value(key, ()), converted)
         self.options[key] = (name, value, converted)
 
+    def _read_keywords(self) -> None:
+        """The options given as keyword arguments, each replacing the
+        connection string's: a bad value raises (it is code, not
+        configuration), an unknown name is a TypeError naming it."""
+        for name, value in self.keywords.items():
+            option = _OPTIONS.get(name.lower()) if isinstance(name, str) else None
+            if option is None:
+                near = difflib.get_close_matches(str(name).lower(), list(_OPTIONS), n=3,
+                                                 cutoff=0.6)
+                hint = (f"; did you mean {' or '.join(_OPTIONS[n].name for n in near)}?"
+                        if near else "")
+                raise TypeError(f"greenpool.Client got an unexpected keyword argument {name!r}: "
+                                f"not a connection string option nor a codec option{hint}")
+            if value is None:
+                continue
+            shown = _shown(name, str(value)) if isinstance(value, str) else (
+                "'***'" if looks_secret(name) else repr(value))
+            texts = _keyword_texts(option, value)
+            if texts is None:
+                raise ConfigurationError(
+                    f"keyword argument {name}={shown}: expected a str, a number or a bool"
+                    + (", or a list of them" if option.repeats else ""))
+            converted: Any = ()
+            for text in texts:
+                try:
+                    item = option.convert(text)
+                except _Rejected as rejected:
+                    raise ConfigurationError(
+                        f"keyword argument {name}={shown}: {rejected.reason}") from None
+                if not _same_kind(value, item):
+                    raise ConfigurationError(
+                        f"keyword argument {name}={shown}: {option.name} takes no "
+                        f"{type(value).__name__}")
+                converted = (*converted, item) if option.repeats else item
+            self.options[option.name.lower()] = (name, ",".join(texts), converted)
+
     def _warn_unknown(self, unknown: list[tuple[str, str]]) -> None:
         for index, (name, value) in enumerate(unknown):
             if index == _UNKNOWN_OPTION_WARNINGS:
@@ -611,6 +657,42 @@ class _Reader:
 
     def _value(self, key: str, default: Any) -> Any:
         return self.options[key][2] if key in self.options else default
+
+
+def _keyword_texts(option: _Option, value: object) -> list[str] | None:
+    """A keyword argument's value as the connection string would write it
+    (one text per occurrence); None for a value of no such form."""
+    if option.repeats and isinstance(value, list | tuple):
+        texts = [_keyword_text(item) for item in value]
+        return None if None in texts else [t for t in texts if t is not None]
+    text = _keyword_text(value)
+    return None if text is None else [text]
+
+
+def _keyword_text(value: object) -> str | None:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str | int | float):
+        return str(value)
+    if isinstance(value, Mapping):  # a tag set, authMechanismProperties
+        items = [(key, _keyword_text(item)) for key, item in value.items()]
+        if any(text is None for _, text in items):
+            return None
+        return ",".join(f"{key}:{text}" for key, text in items)
+    if isinstance(value, list | tuple):  # compressors
+        texts = [_keyword_text(item) for item in value]
+        return None if None in texts else ",".join(t for t in texts if t is not None)
+    return None
+
+
+def _same_kind(given: object, converted: object) -> bool:
+    """Whether a keyword's value means what its conversion made of it: a bool
+    a bool, a number a number (``w=True`` is not a tag set named "true")."""
+    if isinstance(given, bool):
+        return isinstance(converted, bool)
+    if isinstance(given, int | float):
+        return isinstance(converted, int | float) and not isinstance(converted, bool)
+    return True
 
 
 def _items(query: str, source: str | None) -> list[tuple[str, str]]:
