@@ -156,9 +156,4 @@ def test_every_public_name_has_a_docstring() -> None:
             missing.append(name)
         if inspect.isclass(obj):
             missing += _public_members(obj)
-    # Site became public with its two constructors undocumented; greenpool/pool/holds.py
-    # is being rewritten on another branch, which documents them (or makes them private).
-    pending = {"Site.of", "Site.of_frame"}
-    assert [name for name in missing if name not in pending] == []
-    assert pending & set(missing), "Site's constructors are documented: drop `pending`"
-    pytest.xfail("Site.of and Site.of_frame have no docstring yet (greenpool/pool/holds.py)")
+    assert missing == []

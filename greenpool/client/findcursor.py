@@ -201,6 +201,7 @@ class FindCursor:
         return self
 
     def collation(self, collation: Mapping[str, Any]) -> FindCursor:
+        """Compare strings by ``collation`` (a collation document)."""
         return self._set("collation", collation)
 
     def max_time_ms(self, max_time_ms: int | None) -> FindCursor:
@@ -230,6 +231,7 @@ class FindCursor:
         return self
 
     def allow_disk_use(self, allow_disk_use: bool) -> FindCursor:
+        """Let the server use temporary files for a sort that exceeds its memory limit."""
         return self._set("allowDiskUse", allow_disk_use)
 
     def where(self, code: str) -> FindCursor:
@@ -297,6 +299,8 @@ class FindCursor:
         return self
 
     def __next__(self) -> Any:
+        """The next document, fetching a batch when none is buffered (``StopIteration``
+        at the end)."""
         # A batch at a time from the cursor: its per-call work (one greenlet
         # at a time, timeouts) once per batch, not once per document.
         batch = self._batch
@@ -319,14 +323,17 @@ class FindCursor:
 
     @property
     def cursor_id(self) -> int | None:
+        """The server cursor's id (0 once exhausted); None before the first read."""
         return None if self._cursor is None else self._cursor.id
 
     @property
     def collection(self) -> CollectionLike:
+        """The collection the cursor reads."""
         return self._collection
 
     @property
     def session(self) -> Session | None:
+        """The session the cursor's commands run in, if one was given."""
         return self._session
 
     def rewind(self) -> FindCursor:
@@ -361,6 +368,8 @@ class CommandCursor:
         return self
 
     def __next__(self) -> Any:
+        """The next document, fetching a batch when none is buffered (``StopIteration``
+        at the end)."""
         batch = self._batch  # a batch at a time, as FindCursor reads
         if not batch:
             if self._cursor is not None:
@@ -389,13 +398,16 @@ class CommandCursor:
 
     @property
     def alive(self) -> bool:
+        """Whether more documents may come: a batch is buffered or the server cursor is open."""
         return bool(self._batch) or (self._cursor is not None and self._cursor.alive)
 
     @property
     def cursor_id(self) -> int:
+        """The server cursor's id (0 once exhausted)."""
         return 0 if self._cursor is None else self._cursor.id
 
     def close(self) -> None:
+        """Kill the server cursor, if it is open."""
         if self._cursor is not None:
             self._cursor.close()
 

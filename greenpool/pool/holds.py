@@ -148,6 +148,8 @@ class Site:
 
     @classmethod
     def of(cls, raw: RawSite) -> Site:
+        """The site a checkout recorded cheaply (a code object and an instruction
+        offset), resolved to its file, line and function when a report reads it."""
         code, offset = raw
         line = code.co_firstlineno
         for start, end, number in code.co_lines():
@@ -158,6 +160,7 @@ class Site:
 
     @classmethod
     def of_frame(cls, frame: FrameType, inside: FrameType | None = None) -> Site:
+        """Where ``frame`` is now; ``inside`` names the pool or driver frame it waits in."""
         return cls(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_qualname,
                    None if inside is None else inside.f_code.co_qualname)
 
