@@ -5,7 +5,7 @@
 
 The plot goes to ``--png``, by default ``benchmarks/results/bench-waits.png`` (ignored by git).
 
-Starts its own SecantusDB on 127.0.0.1 (:class:`greenpool.cli.embedded.EmbeddedServer`)
+Starts its own SecantusDB on 127.0.0.1 (:class:`greenpool.testing.EmbeddedServer`)
 unless ``--uri`` is given, and measures, side by side in one run:
 
 1. ``greenpool``: a :class:`greenpool.Client`, no listener;

@@ -4,7 +4,7 @@ greenpool.pymongo and greenpool.Client, side by side in one run.
     python3 devtools/dev.py faults [--workers 3] [--greenlets 50] [--fault reset] [--op read]
 
 For each fault, operation and route it starts its own SecantusDB (a one-node replica
-set, :class:`~greenpool.cli.embedded.EmbeddedServer`) on 127.0.0.1 (a fresh one each
+set, :class:`~greenpool.testing.EmbeddedServer`) on 127.0.0.1 (a fresh one each
 time: SecantusDB slows down as writes accumulate) and, in this process's gevent hub, the
 plain TCP proxy of tests/lb_proxy.py in front of it, then runs ``--workers`` worker
 processes (gevent-patched, like gunicorn gevent workers), each with one client of that

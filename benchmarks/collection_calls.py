@@ -39,7 +39,7 @@ def main() -> None:
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) >= 2:
         os.sched_setaffinity(0, {cpus[0]})  # the server inherits it
-    from greenpool.cli.embedded import EmbeddedServer
+    from greenpool.testing import EmbeddedServer
 
     with EmbeddedServer() as server:
         if len(cpus) >= 2:

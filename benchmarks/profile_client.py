@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/profile_client.py [--greenlets 10] [--ops 2000]
                                                    [--listener [--all-methods]] [--top 25]
 
-Starts its own SecantusDB on 127.0.0.1 (:class:`greenpool.cli.embedded.EmbeddedServer`),
+Starts its own SecantusDB on 127.0.0.1 (:class:`greenpool.testing.EmbeddedServer`),
 pinned to one CPU and this process to another when there are two (as bench.py
 does), warms a Client with maxPoolSize 10 up, then profiles ``--greenlets``
 greenlets running ``--ops`` pings each in total and prints the functions by
@@ -46,7 +46,10 @@ def main() -> None:
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) >= 2:
         os.sched_setaffinity(0, {cpus[0]})  # the server inherits it
-    from greenpool.testing import EmbeddedServer
+    try:
+        from greenpool.testing import EmbeddedServer
+    except ImportError:  # the greenpool of an older tree (instructions.py --against)
+        from greenpool.cli.embedded import EmbeddedServer  # type: ignore[attr-defined,no-redef]
 
     with EmbeddedServer() as server:
         if len(cpus) >= 2:
