@@ -52,7 +52,7 @@ def reply_description(source: str, reply: Mapping[str, Any]) -> ServerDescriptio
 
 
 # A multi-threaded driver's PossiblePrimary is Unknown (the SDAM spec's ServerType note).
-_TYPE_ALIASES = {"PossiblePrimary": "Unknown"}
+TYPE_ALIASES = {"PossiblePrimary": "Unknown"}
 
 
 def check_outcome(description: TopologyDescription, outcome: Mapping[str, Any],
@@ -85,7 +85,7 @@ def check_outcome(description: TopologyDescription, outcome: Mapping[str, Any],
 
 def _check_server(actual: ServerDescription, expected: Mapping[str, Any]) -> None:
     where = actual.address
-    wanted = _TYPE_ALIASES.get(expected["type"], expected["type"])
+    wanted = TYPE_ALIASES.get(expected["type"], expected["type"])
     assert SERVER_TYPE._fields[actual.server_type] == wanted, (where, actual)
     if "setName" in expected:
         assert actual.replica_set_name == expected["setName"], where
