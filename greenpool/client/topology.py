@@ -19,10 +19,11 @@ are PyMongo's classes, delivered to PyMongo's ``TopologyListener``,
 listeners work.
 
 Each outcome is applied whole before any event goes out (the description, the
-servers, the pools made ready), so a listener that yields sees a consistent
-topology. The events follow in the spec's order: the server's description
-changed (and those of servers the outcome changed too), the servers opened and
-closed, then the topology's description changed.
+servers, the pools made ready, the removed servers closed), so a listener that
+yields sees a consistent topology. The events follow in the spec's order: the
+server's description changed (and those of servers the outcome changed too),
+the servers opened and closed, then the topology's description changed; the
+monitors of the servers opened start last.
 
 Server selection follows the Server Selection spec's loop: while no server
 suits the operation, each round requests an immediate check of every server and
@@ -401,16 +402,24 @@ class Topology:
         if mine is not None and (mine.server_type in _SELECTABLE or (
                 mine.is_server_type_known and self.direct)):
             server.pool.ready()
-        self._publish_changes(server.address, before, now, new)
-        for each in added:
-            self.publish("opened", _m.ServerOpeningEvent(each.address, self._topology_id))
-            if not self._closed:
-                each.start(self._make_checker)
         for each in removed:
-            self._remove(each, change.removed[each.address])
-        if not discovery.equivalent(old, change.description):
-            self.publish("description_changed", _m.TopologyDescriptionChangedEvent(
-                old, change.description, self._topology_id))
+            each.close()
+        try:
+            self._publish_changes(server.address, before, now, new)
+            for each in added:
+                self.publish("opened", _m.ServerOpeningEvent(each.address, self._topology_id))
+            for each in removed:
+                self._removed(each, change.removed[each.address])
+            if not discovery.equivalent(old, change.description):
+                self.publish("description_changed", _m.TopologyDescriptionChangedEvent(
+                    old, change.description, self._topology_id))
+        finally:
+            # Monitors start after their ServerOpening event, whatever a
+            # listener raised or a kill interrupted: a server without one
+            # would never be checked.
+            if not self._closed:
+                for each in added:
+                    each.start(self._make_checker)
         for address in change.check:
             checked = self._servers.get(address)
             if checked is not None and checked.monitor is not None:
@@ -431,8 +440,8 @@ class Topology:
                 self.publish("description_changed", _m.ServerDescriptionChangedEvent(
                     before[other], description, other, self._topology_id))
 
-    def _remove(self, server: Server, why: str) -> None:
-        server.close()
+    def _removed(self, server: Server, why: str) -> None:
+        """``server`` (closed) left the topology: its event, and why."""
         self.publish("closed", _m.ServerClosedEvent(server.address, self._topology_id))
         self._departed.pop(server.address, None)
         self._departed[server.address] = why
