@@ -23,12 +23,14 @@ from pymongo.errors import (
 )
 from pymongo.read_preferences import ReadPreference
 
-from greenpool import Client
+from greenpool import Client, Pool, PoolOptions
 from greenpool.cli.embedded import free_port
 from greenpool.client import monitor as monitor_module
+from greenpool.client.topology import Topology
 from tests.events import AllEvents
 from tests.fake_replset import FakeMongoses, FakeReplicaSet
 from tests.fake_server import HANG_UP, FakeServer
+from tests.mock import MockConnector
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -354,3 +356,50 @@ def test_a_sharded_cluster_spreads_work_and_pins_transactions() -> None:
             assert caught.value.has_error_label("TransientTransactionError")
             assert session.pinned_address is None
             session.abort_transaction()
+
+
+# -- SRV polling: the hosts a poll finds -----------------------------------------------------
+
+
+def mock_topology(seeds: list[tuple[str, int]], events: AllEvents, **options: Any) -> Topology:
+    topology = Topology(seeds, lambda address: Pool(address, PoolOptions(),
+                                                    connector=MockConnector()),
+                        listeners=[events], **options)
+    topology.open(None)
+    return topology
+
+
+def test_an_srv_poll_closes_the_mongoses_it_no_longer_lists_and_opens_new_ones() -> None:
+    a, b, c, d = (("h", port) for port in (1, 2, 3, 4))
+    events = AllEvents()
+    topology = mock_topology([a, b], events)
+    try:
+        pool_a = topology.servers[a].pool
+        events.clear()
+        topology.srv_hosts_changed([b, c])
+        assert set(topology.servers) == {b, c}
+        assert pool_a.stats().state == "closed"
+        assert [type(e).__name__ for e in events.events] == [
+            "ServerOpeningEvent", "ServerClosedEvent", "TopologyDescriptionChangedEvent"]
+        assert (events.events[0].server_address, events.events[1].server_address) == (c, a)
+        events.clear()
+        topology.srv_hosts_changed([])  # no verified hosts: nothing changes
+        topology.srv_hosts_changed([b, c])
+        assert set(topology.servers) == {b, c} and not events.events
+        topology.srv_hosts_changed([b, c, d], srv_max_hosts=2)  # full already
+        assert set(topology.servers) == {b, c}
+        topology.srv_hosts_changed([c, d, a], srv_max_hosts=2)
+        assert len(topology.servers) == 2 and c in topology.servers
+    finally:
+        topology.close()
+
+
+def test_an_srv_poll_never_changes_a_replica_set() -> None:
+    events = AllEvents()
+    topology = mock_topology([("h", 1)], events, replica_set="rs")
+    try:
+        assert not topology.polls_srv
+        topology.srv_hosts_changed([("h", 2)])
+        assert set(topology.servers) == {("h", 1)}
+    finally:
+        topology.close()

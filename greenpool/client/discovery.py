@@ -25,7 +25,8 @@ primary), which server selection's error shows.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import random
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +43,7 @@ from greenpool.wire.handshake import MAX_WIRE_VERSION, MIN_SERVER_VERSION, MIN_W
 
 __all__ = [
     "DATA_BEARING",
+    "SRV_POLLING",
     "Update",
     "closed",
     "compatibility_error",
@@ -49,6 +51,7 @@ __all__ = [
     "initial",
     "is_stale",
     "session_timeout_minutes",
+    "srv_update",
     "update",
 ]
 
@@ -58,6 +61,8 @@ DATA_BEARING = frozenset({SERVER_TYPE.Mongos, SERVER_TYPE.RSPrimary, SERVER_TYPE
 _REPLICA_SET_MEMBERS = frozenset({SERVER_TYPE.RSSecondary, SERVER_TYPE.RSArbiter,
                                   SERVER_TYPE.RSOther})
 _REPLICA_SETS = frozenset({TOPOLOGY_TYPE.ReplicaSetNoPrimary, TOPOLOGY_TYPE.ReplicaSetWithPrimary})
+#: The topology types whose hosts an SRV record poll may change (SRV polling spec).
+SRV_POLLING = frozenset({TOPOLOGY_TYPE.Unknown, TOPOLOGY_TYPE.Sharded})
 # MongoDB 6.0 (wire version 17) and later order primaries by electionId first.
 _ELECTION_ID_FIRST = 17
 # What to say of each server type in a reason (PyMongo's names are the spec's).
@@ -152,6 +157,36 @@ def update(description: TopologyDescription, server: ServerDescription, *,
         servers[address] = _check_set_name(server, description.replica_set_name)
         return Update(_rebuild(description, kind, servers))
     return _Discovery(description, servers, server, seed_count).run()
+
+
+def srv_update(description: TopologyDescription, hosts: Iterable[Address], *,
+               srv_max_hosts: int = 0,
+               sample: Callable[[list[Address], int], list[Address]] = random.sample
+               ) -> Update:
+    """The topology after an SRV poll found ``hosts`` (verified ones; the
+    "Polling SRV Records for mongos Discovery" spec): in an Unknown or Sharded
+    topology, servers no longer listed are removed, the others left alone, and
+    new hosts added as Unknown (with srvMaxHosts, as many as make srvMaxHosts,
+    chosen by ``sample`` as for the initial seed list). No hosts, or another
+    topology type, change nothing."""
+    found = set(hosts)
+    kind = description.topology_type
+    if not found or kind not in SRV_POLLING:
+        return Update(description)
+    servers = description.server_descriptions()
+    removed = {address: f"{format_address(address)} left the topology: the SRV records no "
+                        f"longer list it"
+               for address in servers if address not in found}
+    for address in removed:
+        del servers[address]
+    new = sorted(found.difference(servers), key=_sort_key)
+    if srv_max_hosts and len(servers) + len(new) > srv_max_hosts:
+        new = sorted(sample(new, max(0, srv_max_hosts - len(servers))), key=_sort_key)
+    for address in new:
+        servers[address] = ServerDescription(address)
+    if not removed and not new:
+        return Update(description)
+    return Update(_rebuild(description, kind, servers), added=tuple(new), removed=removed)
 
 
 def compatibility_error(description: TopologyDescription) -> str | None:

@@ -383,6 +383,23 @@ class Topology:
 
     # -- descriptions and events ------------------------------------------------------------
 
+    def srv_hosts_changed(self, hosts: Sequence[Address], srv_max_hosts: int = 0) -> None:
+        """An SRV poll found ``hosts`` (the poller's ``on_hosts``): in an
+        Unknown or Sharded topology, servers no longer listed are closed and new
+        ones opened and monitored (see :func:`greenpool.client.discovery.srv_update`)."""
+        if self._closed:
+            return
+        old = self._description
+        change = discovery.srv_update(old, hosts, srv_max_hosts=srv_max_hosts)
+        if change.description is not old:
+            self._enact(old, change)
+            self._checks.deliver_all(True)
+
+    @property
+    def polls_srv(self) -> bool:
+        """Whether an SRV poll may change the topology now (type Unknown or Sharded)."""
+        return not self._closed and self._description.topology_type in discovery.SRV_POLLING
+
     def _apply(self, server: Server, new: ServerDescription) -> None:
         """``new`` describes ``server`` now: update the topology as discovery
         says, then emit the events."""
@@ -390,22 +407,29 @@ class Topology:
             return  # a check of a server removed meanwhile: ignored (SDAM's "remove")
         old = self._description
         change = discovery.update(old, new, seed_count=len(self._seeds))
-        if change.description is old:
-            return  # stale by topologyVersion
+        if change.description is not old:  # else stale by topologyVersion
+            self._enact(old, change, server, new)
+
+    def _enact(self, old: TopologyDescription, change: discovery.Update,
+               server: Server | None = None, new: ServerDescription | None = None) -> None:
+        """Make ``change`` the topology (it follows ``new``, the outcome for
+        ``server``, if given): its servers opened and closed, the server's pool
+        made ready if it suits operations, then the events."""
         before = old.server_descriptions()
         added = [Server(self, address, self._make_pool(address)) for address in change.added]
         removed = [self._servers.pop(address) for address in change.removed]
         self._servers.update((each.address, each) for each in added)
         self._commit(change.description)
         now = change.description.server_descriptions()
-        mine = now.get(server.address)
-        if mine is not None and (mine.server_type in _SELECTABLE or (
-                mine.is_server_type_known and self.direct)):
+        mine = now.get(server.address) if server is not None else None
+        if server is not None and mine is not None and (
+                mine.server_type in _SELECTABLE or (mine.is_server_type_known and self.direct)):
             server.pool.ready()
         for each in removed:
             each.close()
         try:
-            self._publish_changes(server.address, before, now, new)
+            if server is not None and new is not None:
+                self._publish_changes(server.address, before, now, new)
             for each in added:
                 self.publish("opened", _m.ServerOpeningEvent(each.address, self._topology_id))
             for each in removed:
