@@ -62,8 +62,9 @@ def make(mode: str, tag_sets: Sequence[Mapping[str, Any]] | None = None,
     spec's camel case, a list of tag sets (documents of strings), and
     maxStalenessSeconds (-1 for none, else a positive number of seconds).
 
-    :raises greenpool.ConfigurationError: naming the bad value; primary with
-        tags or with maxStalenessSeconds is refused, as the spec requires.
+    :raises greenpool.ConfigurationError: naming the bad value; primary with a
+        non-empty tag set or with maxStalenessSeconds is refused, as the spec
+        requires (empty tag sets match any server, so primary takes them).
     """
     if not isinstance(mode, str) or mode not in _MONGOS_MODES:
         raise ConfigurationError(
@@ -78,10 +79,13 @@ def make(mode: str, tag_sets: Sequence[Mapping[str, Any]] | None = None,
             f"maxStalenessSeconds must be -1 (no maximum) or a positive int, "
             f"not {max_staleness!r}")
     described = f"mode={mode!r}, tags={tags!r}, maxStalenessSeconds={max_staleness!r}"
-    if mode == "primary" and (tags or max_staleness != -1):
-        raise ConfigurationError(
-            f"invalid read preference ({described}): mode primary takes no tags and no "
-            "maxStalenessSeconds; use primaryPreferred to pass them")
+    if mode == "primary":
+        # Empty tag sets match any server: [{}] is the spec's default, not tags.
+        if any(tags or ()) or max_staleness != -1:
+            raise ConfigurationError(
+                f"invalid read preference ({described}): mode primary takes no tags and no "
+                "maxStalenessSeconds; use primaryPreferred to pass them")
+        tags = None
     try:
         return make_read_preference(_MONGOS_MODES.index(mode), tags, max_staleness)
     except _PyMongoConfigurationError:
