@@ -207,7 +207,7 @@ class Operations:
         transactions)."""
         if self._closed:
             raise InvalidOperation("the greenpool Client is closed")
-        pool = self.select(deadline, preference, address).pool
+        pool = self.select_server(deadline, preference, address).pool
         if deadline is not None:
             # Establishment too, through the Client's connector, which reads
             # the deadline this sets running.
@@ -221,11 +221,17 @@ class Operations:
         return conn
 
     def select(self, deadline: Deadline | None = None,
-               preference: _ServerMode = readpref.PRIMARY,
-               address: Address | None = None) -> Server:
-        """Server selection alone: the server for ``preference`` (or the one at
-        ``address``), within the deadline if there is one (the CSOT spec's
+               preference: _ServerMode = readpref.PRIMARY) -> ServerDescription:
+        """Server selection alone: the description of the server selected for
+        ``preference``, within the deadline if there is one (the CSOT spec's
         computedServerSelectionTimeout)."""
+        return self.select_server(deadline, preference).description
+
+    def select_server(self, deadline: Deadline | None = None,
+                      preference: _ServerMode = readpref.PRIMARY,
+                      address: Address | None = None) -> Server:
+        """:meth:`select`, giving the :class:`~greenpool.client.server.Server`
+        (the one at ``address``, if given)."""
         topology = self.topology
         if address is not None:
             return topology.select_address(address)
@@ -467,7 +473,7 @@ class Operations:
                 and (retry or self.retry_writes) and retries.is_retryable_write(command)
                 and (session is None or not session.in_transaction)):
             # Its error is the caller's to see.
-            server = self.select(deadline, preference).description
+            server = self.select(deadline, preference)
             if server.retryable_writes_supported:
                 return self._run_write(dbname, command, session, deadline, preference, server)
         try:
@@ -489,7 +495,7 @@ class Operations:
                 raise InvalidOperation("the greenpool Client is closed")
             server = self.topology.primary_server
             if server is None or preference is not readpref.PRIMARY:
-                server = self.select(None, preference)
+                server = self.select_server(None, preference)
             pool = server.pool
             conn = pool.checkout()
             conn.purpose = Purpose.OTHER
@@ -581,7 +587,7 @@ class Operations:
         """The server for a retry of a write, selected afresh (after a stepdown,
         the new primary); a retry needs one that supports retryable writes,
         else the previous error is the one to report."""
-        server = self.select(deadline).description
+        server = self.select(deadline)
         if not server.retryable_writes_supported:
             raise _Unsupported
         return server
