@@ -37,9 +37,16 @@ the same contenders with the greenpool of another tree (``git worktree add
 
 Workloads: (a) 1000 greenlets running ``ping``, maxPoolSize 10; (b) 10
 greenlets, maxPoolSize 10; (c) ``find`` returning 100 small documents, 200
-greenlets, maxPoolSize 20; (d) the pool alone with a mock connector against a
-``gevent.lock.Semaphore`` pair (from bench_pool.py); and a wait-queue check:
-10,000 waiting greenlets' memory, and ``clear()`` failing them all.
+greenlets, maxPoolSize 20 (greenpool's Client through its command API); (d) the pool
+alone with a mock connector against a ``gevent.lock.Semaphore`` pair (from
+bench_pool.py); and a wait-queue check: 10,000 waiting greenlets' memory, and
+``clear()`` failing them all.
+
+The Collection API workloads run the same calls on every contender (PyMongo's
+collection API, which greenpool's Client offers too), 1000 greenlets, maxPoolSize 10:
+(e) ``insert_one``, (f) ``find_one`` by ``_id``, (g) ``update_one`` by ``_id``, (h)
+``find`` of 100 documents. They have no floor; their goal is greenpool's CPU per
+operation against stock PyMongo's.
 
 Each contender and workload runs in its own subprocess (monkey-patching does
 not leak, CPU time is that process's ``getrusage``), the ``@against`` ones in an
@@ -54,6 +61,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import itertools
 import json
 import os
 import resource
@@ -78,8 +86,17 @@ WORKLOADS: dict[str, dict[str, Any]] = {
           "ops": 2000, "quick_ops": 200, "pool": 10},
     "c": {"title": "(c) find 100 docs, 200 greenlets, pool 20", "op": "find", "greenlets": 200,
           "ops": 25, "quick_ops": 3, "pool": 20},
+    "e": {"title": "(e) insert_one, 1000 greenlets, pool 10", "op": "insert_one",
+          "greenlets": 1000, "ops": 50, "quick_ops": 3, "pool": 10, "floor": False},
+    "f": {"title": "(f) find_one by _id, 1000 greenlets, pool 10", "op": "find_one",
+          "greenlets": 1000, "ops": 50, "quick_ops": 3, "pool": 10, "floor": False},
+    "g": {"title": "(g) update_one by _id, 1000 greenlets, pool 10", "op": "update_one",
+          "greenlets": 1000, "ops": 50, "quick_ops": 3, "pool": 10, "floor": False},
+    "h": {"title": "(h) find 100 docs (collection API), 1000 greenlets, pool 10",
+          "op": "find_100", "greenlets": 1000, "ops": 10, "quick_ops": 2, "pool": 10,
+          "floor": False},
 }
-DB, COLLECTION = "bench", "docs"
+DB, COLLECTION, INSERTS = "bench", "docs", "inserts"
 SAMPLES = 400  # wait quantiles kept for the plot
 
 
@@ -117,18 +134,31 @@ def make_listener() -> tuple[Any, list[float]]:
     return Waits(), waits
 
 
+def collection_operations(client: Any) -> dict[str, Callable[[], Any]]:
+    """The Collection API workloads' calls: the same code on every contender's client."""
+    docs, inserts = client[DB][COLLECTION], client[DB][INSERTS]
+    keys = itertools.cycle(range(100))  # the seeded documents' _ids
+    return {
+        "insert_one": lambda: inserts.insert_one({"n": 1, "name": "item"}),
+        "find_one": lambda: docs.find_one({"_id": next(keys)}),
+        "update_one": lambda: docs.update_one({"_id": next(keys)}, {"$inc": {"n": 1}}),
+        "find_100": lambda: list(docs.find({})),
+    }
+
+
 @contextlib.contextmanager
 def contender(name: str, uri: str, pool_size: int,
-              listener: Any) -> Iterator[tuple[Callable[[], Any], Callable[[], Any]]]:
-    """(ping, find) callables for one contender; ``listener`` None: none attached."""
+              listener: Any) -> Iterator[dict[str, Callable[[], Any]]]:
+    """One contender's operations by workload ``op``; ``listener`` None: none attached."""
     listeners = [] if listener is None else [listener]
     if name.startswith("greenpool") and not name.startswith("greenpool.pymongo"):
         from greenpool.client.client import Client
 
         with Client(with_options(uri, maxPoolSize=pool_size),
                     event_listeners=listeners) as client:
-            yield (lambda: client.command("admin", {"ping": 1}),
-                   lambda: list(client.find(DB, COLLECTION, {})))
+            yield {"ping": lambda: client.command("admin", {"ping": 1}),
+                   "find": lambda: list(client.find(DB, COLLECTION, {})),
+                   **collection_operations(client)}
         return
     if name == "greenpool.pymongo":
         from greenpool.pymongo import MongoClient  # type: ignore[import-not-found,unused-ignore]
@@ -137,7 +167,8 @@ def contender(name: str, uri: str, pool_size: int,
     client = MongoClient(uri, maxPoolSize=pool_size, event_listeners=listeners)
     try:
         admin, docs = client.admin, client[DB][COLLECTION]
-        yield (lambda: admin.command("ping"), lambda: list(docs.find({})))
+        yield {"ping": lambda: admin.command("ping"), "find": lambda: list(docs.find({})),
+               **collection_operations(client)}
     finally:
         client.close()
 
@@ -155,8 +186,8 @@ def run_child(name: str, workload: str, uri: str, quick: bool) -> dict[str, Any]
     listener, waits = make_listener()
     if name.split("@")[0] == "greenpool":
         listener = None  # the Client alone: its waits are greenpool+listener's
-    with contender(name, uri, pool_size, listener) as (ping, find):
-        operation = ping if spec["op"] == "ping" else find
+    with contender(name, uri, pool_size, listener) as operations:
+        operation = operations[spec["op"]]
         for _ in range(pool_size):  # warm up: connections exist before timing
             operation()
         warm = gevent.pool.Pool(pool_size)
@@ -355,6 +386,8 @@ CPU_GOALS = (
     ("greenpool+listener", "b", "floor", 1.7),
     ("greenpool.pymongo", "a", "pymongo", 0.77),
     ("greenpool.pymongo", "b", "pymongo", 0.77),
+    # The Collection API: greenpool's Client against stock PyMongo's same calls.
+    *(("greenpool", workload, "pymongo", 0.4) for workload in "efgh"),
 )
 UNCONTENDED_GOAL = 5.0  # x a Semaphore pair
 CONTENDED_GOAL = 150_000  # ops/s
@@ -417,8 +450,9 @@ def seed(uri: str) -> None:
     from greenpool.client.client import Client
 
     with Client(uri) as client:
-        with contextlib.suppress(Exception):
-            client.command(DB, {"drop": COLLECTION})
+        for name in (COLLECTION, INSERTS):
+            with contextlib.suppress(Exception):
+                client.command(DB, {"drop": name})
         client.command(DB, {"insert": COLLECTION,
                             "documents": [{"_id": n, "n": n, "name": f"item {n}"}
                                           for n in range(100)]})
@@ -447,7 +481,9 @@ def table(results: dict[str, dict[str, dict[str, Any]]], names: list[str]) -> st
                      "ops/s vs floor | ops/s vs stock |")
         lines.append("|---|---|---|---|---|---|---|---|---|---|---|")
         for name in names:
-            r = by.get(name, {})
+            if name not in by:
+                continue  # not run on this workload (the floor of a Collection API one)
+            r = by[name]
             if "unavailable" in r or "failed" in r:
                 why = "not available" if "unavailable" in r else f"failed: {r['failed']}"
                 lines.append(f"| {name} | {why} | | | | | | | | | |")
@@ -521,8 +557,14 @@ def plot(results: dict[str, dict[str, dict[str, Any]]], path: Path, names: list[
         import matplotlib.pyplot as plt
     except ImportError:
         return "matplotlib is not installed (pip install -e '.[bench]'): no PNG"
-    figure, axes = plt.subplots(1, len(WORKLOADS), figsize=(6 * len(WORKLOADS), 4.5))
-    for axis, (workload, spec) in zip(axes, WORKLOADS.items(), strict=True):
+    columns = 4
+    rows = -(-len(WORKLOADS) // columns)
+    figure, grid = plt.subplots(rows, columns, figsize=(6 * columns, 4.5 * rows),
+                                squeeze=False)
+    axes = [axis for row in grid for axis in row]
+    for axis in axes[len(WORKLOADS):]:
+        axis.set_visible(False)
+    for axis, (workload, spec) in zip(axes, WORKLOADS.items(), strict=False):
         for name in names:
             quantiles = results[workload].get(name, {}).get("wait_quantiles_ms")
             if not quantiles:
@@ -634,8 +676,9 @@ def main() -> None:
         # The server and its watchdog inherit this process's CPU; the
         # children move themselves to theirs first thing.
         os.sched_setaffinity(0, {server_cpu})
-    raw: dict[str, dict[str, list[dict[str, Any]]]] = {w: {n: [] for n in names}
-                                                        for w in WORKLOADS}
+    raw: dict[str, dict[str, list[dict[str, Any]]]] = {
+        w: {n: [] for n in names if n != "floor" or spec.get("floor", True)}
+        for w, spec in WORKLOADS.items()}
     d_runs: list[dict[str, Any]] = []
     with server(args.uri) as uri:
         print(f"server: {uri}", flush=True)
@@ -644,6 +687,8 @@ def main() -> None:
             shift = round_ % len(names)
             for workload in WORKLOADS:
                 for name in names[shift:] + names[:shift]:
+                    if name not in raw[workload]:
+                        continue
                     print(f"  run {round_ + 1}: {workload} {name}...", file=sys.stderr,
                           flush=True)
                     raw[workload][name].append(

@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/instructions.py [--against DIR] [--ops 1000] [--jobs 2]
                                                 [--replset]
+    .venv/bin/python benchmarks/instructions.py --collection [--ops 1000] [--jobs 2]
 
 CPU time per operation on a shared machine moves by 20-40% from run to run
 (bench.py's tables). This counts instead the user-space instructions the
@@ -22,6 +23,12 @@ with DIR's greenpool (``git worktree add /tmp/before main``), in an
 interpreter started with ``-S`` and DIR first on ``PYTHONPATH``. ``--replset``
 runs every contender against a one-node replica set instead of a standalone
 (the Client discovers it: primary reads, cluster time gossiped).
+
+``--collection`` counts the collection API instead: instructions per call of
+``insert_one``, ``find_one`` by ``_id``, ``update_one`` and a ``find`` of 100
+documents (``benchmarks/collection_calls.py``, 10 greenlets, maxPoolSize 10),
+on greenpool.Client and on stock PyMongo's MongoClient under gevent's
+patch_all, side by side.
 
 What it does not count: the kernel's side of the system calls (the same
 sends and receives for every contender), cache misses and stalls. Its ratios
@@ -53,6 +60,7 @@ class Contender:
     name: str
     arguments: tuple[str, ...]
     tree: Path | None = None  # another tree's greenpool, else this one's
+    script: str = "profile_client.py"
 
     def command(self, ops: int) -> tuple[list[str], dict[str, str]]:
         python = [sys.executable]
@@ -63,9 +71,9 @@ class Contender:
             env["PYTHONPATH"] = os.pathsep.join([str(self.tree), *site.getsitepackages()])
         else:
             env["PYTHONPATH"] = os.pathsep.join([str(HERE.parent), env.get("PYTHONPATH", "")])
+        plain = ("--plain",) if self.script == "profile_client.py" else ()
         return (["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *python,
-                 str(HERE / "profile_client.py"), "--plain", "--ops", str(ops),
-                 *self.arguments], env)
+                 str(HERE / self.script), *plain, "--ops", str(ops), *self.arguments], env)
 
 
 def contenders(against: Path | None, replset: bool = False) -> list[Contender]:
@@ -79,6 +87,17 @@ def contenders(against: Path | None, replset: bool = False) -> list[Contender]:
         chosen += [Contender(f"{each.name} @against", each.arguments, against)
                    for each in client]
     return chosen
+
+
+#: The collection API calls ``--collection`` counts (collection_calls.py's).
+CALLS = ("insert_one", "find_one", "update_one", "find100")
+CLIENTS = ("greenpool", "pymongo")
+
+
+def collection_contenders() -> list[Contender]:
+    return [Contender(f"{client} {call}", ("--client", client, "--call", call),
+                      script="collection_calls.py")
+            for call in CALLS for client in CLIENTS]
 
 
 def count(contender: Contender, ops: int) -> int:
@@ -103,6 +122,8 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2, help="valgrind runs at a time")
     parser.add_argument("--replset", action="store_true",
                         help="against a one-node replica set instead of a standalone")
+    parser.add_argument("--collection", action="store_true",
+                        help="the collection API's calls, greenpool.Client and stock PyMongo")
     args = parser.parse_args()
     if shutil.which("valgrind") is None:
         raise SystemExit("instructions.py needs valgrind on PATH (Debian: apt install valgrind)")
@@ -110,12 +131,17 @@ def main() -> None:
         raise SystemExit(f"--ops must be at least 1000 (one ping per greenlet), not {args.ops}")
     if args.against is not None and not (args.against / "greenpool").is_dir():
         raise SystemExit(f"--against {args.against}: no greenpool package there")
-    chosen = contenders(args.against, args.replset)
+    if args.collection and args.against is not None:
+        raise SystemExit("--collection compares with stock PyMongo; it takes no --against")
+    chosen = collection_contenders() if args.collection else contenders(args.against, args.replset)
     runs = [(each, ops) for each in chosen for ops in (args.ops, 3 * args.ops)]
     with ThreadPoolExecutor(args.jobs) as pool:
         counts = dict(zip(runs, pool.map(lambda run: count(*run), runs), strict=True))
     per_ping = {each.name: (counts[each, 3 * args.ops] - counts[each, args.ops]) / (2 * args.ops)
                 for each in chosen}
+    if args.collection:
+        print_collection(per_ping, args.ops)
+        return
     floor = per_ping["floor"]
     print(f"Instructions per ping (callgrind, user space; runs of {args.ops:,} and "
           f"{3 * args.ops:,} pings){f'; against: {args.against}' if args.against else ''}\n")
@@ -130,6 +156,16 @@ def main() -> None:
             if each.tree is None and each.name != "floor":
                 other = per_ping[f"{each.name} @against"]
                 print(f"| {each.name} | {per_ping[each.name] / other:.3f} |")
+
+
+def print_collection(per_call: dict[str, float], ops: int) -> None:
+    print(f"Instructions per collection API call (callgrind, user space; runs of {ops:,} and "
+          f"{3 * ops:,} calls, 10 greenlets, maxPoolSize 10)\n")
+    print("| call | greenpool.Client | PyMongo (patch_all) | greenpool / PyMongo |")
+    print("|---|---|---|---|")
+    for call in CALLS:
+        ours, stock = per_call[f"greenpool {call}"], per_call[f"pymongo {call}"]
+        print(f"| {call} | {ours:,.0f} | {stock:,.0f} | {ours / stock:.2f}x |")
 
 
 if __name__ == "__main__":

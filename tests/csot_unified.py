@@ -1,16 +1,15 @@
-"""A mini runner for the unified test format: the subset the Client-Side
-Operations Timeout spec tests (``client-side-operations-timeout/tests``) use,
-against ``greenpool.Client`` and SecantusDB (its one-node replica set, for
-transactions).
+"""A mini runner for the unified test format: the Client-Side Operations Timeout spec
+tests (``client-side-operations-timeout/tests``) whose time limits PyMongo's API does not
+express (test_csot_spec.py's ``command_runner_reason`` says which; the others run on the
+collection API, through tests/unified/), against ``greenpool.Client`` and SecantusDB
+(its one-node replica set, for transactions). tests/retryable_unified.py builds on it.
 
-greenpool's Client has no database or collection objects: a database or
-collection entity is the names plus the timeoutMS it was given, and an
-operation on it is the command a driver sends for it (``insertOne`` is an
-``insert``, ``countDocuments`` an ``aggregate``...), run with ``timeout=``
-from the most specific level that sets one, which is what the levels mean.
-Operations greenpool does not offer (GridFS, change streams, bulkWrite,
-retries...) raise :class:`NotApplicable`; test_csot_spec.py lists them by
-file with the reason, and a test that needs one is skipped saying which.
+A database or collection entity is the names plus the timeoutMS it was given, and an
+operation on it is the command a driver sends for it (``insertOne`` is an ``insert``,
+``countDocuments`` an ``aggregate``...), run with ``timeout=`` from the most specific
+level that sets one, which is what the levels mean. Operations greenpool does not offer
+(GridFS, change streams...) raise :class:`NotApplicable`; test_csot_spec.py lists them
+by file with the reason, and a test that needs one is skipped saying which.
 """
 
 from __future__ import annotations
@@ -48,6 +47,18 @@ CSOT_DIR = SPEC_DIR / "client-side-operations-timeout" / "tests"
 # server after the client gave up on it (a timed-out drop would otherwise
 # land in the next test). Module-wide: it outlives the test that caused it.
 _server_busy_until = 0.0
+
+
+def server_busy_until() -> float:
+    """Until when (``time.monotonic()``) a command a fail point held may still run."""
+    return _server_busy_until
+
+
+def server_may_be_busy(began: float, block_ms: float) -> None:
+    """A command sent after ``began`` may be held ``block_ms`` (and a little more for the
+    server's own work)."""
+    global _server_busy_until
+    _server_busy_until = max(_server_busy_until, began + block_ms / 1000 + 0.05)
 
 
 class NotApplicable(Exception):
@@ -95,7 +106,7 @@ class Runner:
     block_times: list[int] = field(default_factory=list)
 
     def run(self, spec: Mapping[str, Any], test: Mapping[str, Any]) -> None:
-        gevent.sleep(max(0.0, _server_busy_until - time.monotonic()))
+        gevent.sleep(max(0.0, server_busy_until() - time.monotonic()))
         run_test(self, spec, test)
 
     # -- setup and teardown ---------------------------------------------------------------
@@ -211,11 +222,7 @@ class Runner:
         return result
 
     def _server_may_be_busy(self, began: float) -> None:
-        # A command the operation sent after ``began`` may be held that long
-        # (and a little more for the server's own work).
-        global _server_busy_until
-        block = max(self.block_times, default=0) / 1000
-        _server_busy_until = max(_server_busy_until, began + block + 0.05)
+        server_may_be_busy(began, max(self.block_times, default=0))
 
     # testRunner
 
@@ -295,7 +302,7 @@ class Runner:
     def _drain(self, entity: Any, db: str, command: dict[str, Any],
                arguments: dict[str, Any]) -> list[Any]:
         with self._cursor(entity, db, command, arguments) as cursor:
-            return unified_match.Documents(cursor)
+            return unified_match.RootDocuments(cursor)
 
     def _session(self, arguments: dict[str, Any]) -> Session | None:
         name = arguments.pop("session", None)

@@ -68,6 +68,8 @@ class Request:
     connection: int
     #: The server's socket for this connection, for handlers that watch it.
     sock: Any = field(default=None, repr=False, compare=False)
+    #: The fields that came as OP_MSG document sequences (merged into ``command``).
+    sequences: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -105,11 +107,23 @@ def _recv_exactly(sock: Any, size: int) -> bytes | None:
     return data
 
 
-def _parse_op_msg(body: bytes) -> tuple[int, dict[str, Any]]:
+def _parse_op_msg(body: bytes) -> tuple[int, dict[str, Any], tuple[str, ...]]:
+    """Flags, the body document with each document sequence merged in as an
+    array, and the sequences' identifiers."""
     (flags,) = struct.unpack_from("<I", body)
-    assert body[4] == 0, "the fake takes one body section"
-    document = bson.decode(body[5:])
-    return flags, document
+    assert body[4] == 0, "the fake takes the body section first"
+    (size,) = struct.unpack_from("<i", body, 5)
+    document = bson.decode(body[5 : 5 + size])
+    position, sequences = 5 + size, []
+    while position < len(body):
+        assert body[position] == 1, "a section after the body is a document sequence"
+        (size,) = struct.unpack_from("<i", body, position + 1)
+        end = body.index(b"\x00", position + 5)
+        identifier = body[position + 5 : end].decode()
+        document[identifier] = bson.decode_all(body[end + 1 : position + 1 + size])
+        sequences.append(identifier)
+        position += 1 + size
+    return flags, document, tuple(sequences)
 
 
 def _parse_op_query(body: bytes) -> tuple[int, str, dict[str, Any]]:
@@ -172,6 +186,8 @@ class FakeServer:
     host: str = "127.0.0.1"
     #: Listen on this Unix socket path instead.
     unix_path: str | None = None
+    #: A server-side :class:`ssl.SSLContext`: speak TLS.
+    tls: Any = None
     requests: list[Request] = field(default_factory=list)
     #: The connections the client closed (by number, from 1).
     hangups: list[int] = field(default_factory=list)
@@ -196,7 +212,8 @@ class FakeServer:
             listener.listen(64)
         else:
             listener = (self.host, 0)
-        self._server = StreamServer(listener, self._serve)
+        tls = {"ssl_context": self.tls} if self.tls is not None else {}
+        self._server = StreamServer(listener, self._serve, **tls)
         self._server.start()
 
     def stop(self) -> None:
@@ -248,14 +265,16 @@ class FakeServer:
         inner, compressor = op_code, None
         if op_code == OP_COMPRESSED:
             inner, body, compressor = decompress(body)
+        sequences: tuple[str, ...] = ()
         if inner == OP_QUERY:
             flags, db, command = _parse_op_query(body)
         else:
             assert inner == OP_MSG, inner
-            flags, command = _parse_op_msg(body)
+            flags, command, sequences = _parse_op_msg(body)
             db = command.pop("$db")
         return Request(
-            op_code, inner, compressor, request_id, flags, db, command, connection, sock
+            op_code, inner, compressor, request_id, flags, db, command, connection, sock,
+            sequences,
         )
 
     def _answer(self, request: Request) -> Any:

@@ -27,11 +27,12 @@ from typing import Any, Self
 import dns.message
 import dns.name
 import dns.rdatatype
+import dns.resolver
 import gevent
 from gevent import socket as gsocket
 from gevent.server import DatagramServer, StreamServer
 
-from tests.uri_dns import Records, respond
+from tests.uri_dns import TTL, Records, respond
 
 HOST = "127.0.0.1"
 _LENGTH = struct.Struct("!H")  # DNS over TCP: each message after its 2-byte length
@@ -50,10 +51,13 @@ def make_zone(records: Mapping[str, Iterable[tuple[str, str]]]) -> Records:
 class SlowDNSServer:
     """A DNS server for ``zone`` on 127.0.0.1, over UDP and TCP on one port."""
 
-    def __init__(self, zone: Records, *, delay: float = 0.0) -> None:
+    def __init__(self, zone: Records, *, delay: float = 0.0, ttl: int = TTL) -> None:
+        #: The records served; may be replaced while serving.
         self.zone = zone
         #: Seconds each answer is held back; may be changed while serving.
         self.delay = delay
+        #: The time to live of every record served; may be changed while serving.
+        self.ttl = ttl
         #: Every query received: (name without the final dot, type, "udp" or "tcp").
         self.queries: list[tuple[str, str, str]] = []
         self._udp: DatagramServer | None = None
@@ -92,6 +96,13 @@ class SlowDNSServer:
             if server is not None:
                 server.stop(timeout=1)
 
+    def resolver(self) -> dns.resolver.Resolver:
+        """A dnspython resolver that asks this server only."""
+        resolver = dns.resolver.Resolver(configure=False)
+        resolver.nameservers = [HOST]
+        resolver.port = self.port
+        return resolver
+
     def __enter__(self) -> Self:
         return self.start()
 
@@ -111,7 +122,7 @@ class SlowDNSServer:
         self.queries.append((question.name.to_text(omit_final_dot=True),
                              dns.rdatatype.to_text(question.rdtype), transport))
         gevent.sleep(self.delay)
-        answer: bytes = respond(query, self.zone).to_wire()
+        answer: bytes = respond(query, self.zone, self.ttl).to_wire()
         return answer
 
     def _serve_udp(self, data: bytes, address: Any) -> None:

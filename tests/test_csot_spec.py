@@ -1,6 +1,13 @@
 """The Client-Side Operations Timeout spec tests, each by name
-(``<file>[<description>]``), run by tests/csot_unified.py against
-greenpool.Client and SecantusDB's one-node replica set.
+(``<file>[<description>]``), against greenpool.Client and SecantusDB's one-node
+replica set.
+
+A test whose timeouts PyMongo's API expresses (the client's timeoutMS from the URI, an
+operation's in a ``timeout()`` block) runs through the project's unified runner
+(tests/unified/) on greenpool.Client's collection API, an operation's timeoutMS as a
+``greenpool.timeout`` block around the call. The others run through tests/csot_unified.py,
+where an operation is the command a driver sends for it, run with ``timeout=`` from the
+level that sets one: :func:`command_runner_reason` says which tests, and why.
 
 The files that do not apply to a command-level Client are listed in
 NOT_APPLICABLE with the reason (docs/conformance.rst shows the same list);
@@ -10,11 +17,19 @@ skipped, naming it.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
+import gevent
 import pytest
+from pymongo import MongoClient
 
+import greenpool
+from tests import csot_unified
 from tests.csot_unified import CSOT_DIR, NotApplicable, Runner, load_cases
+from tests.unified import runner as unified
+from tests.unified.deployment import Deployment
+from tests.unified.suite import CLIENTS
 
 RUN = [
     "close-cursors.json",
@@ -63,6 +78,95 @@ SKIP = {
 }
 CASES = [(file_name, spec, test) for file_name in RUN for spec, test in load_cases(file_name)]
 
+#: The operations a test runs as commands (tests/csot_unified.py) for, and why.
+COMMAND_OPERATIONS = {
+    "count": "count: PyMongo 4 has no Collection.count",
+    "listIndexNames": "listIndexNames: PyMongo has no list_index_names",
+    "runCursorCommand": "runCursorCommand: greenpool's Database has no cursor_command",
+    "createCommandCursor": "createCommandCursor: greenpool's Database has no cursor_command",
+    "iterateOnce": "iterateOnce: PyMongo's find cursor has no try_next",
+    **{name: f"{name}: a transaction's time limit is the Session API's timeout=, which "
+             f"PyMongo's API (a timeout block) does not express"
+       for name in ("startTransaction", "withTransaction", "commitTransaction",
+                    "abortTransaction")},
+}
+#: Operations on a database entity that greenpool's Database does not have.
+COMMAND_DATABASE_OPERATIONS = {
+    "aggregate": "a database aggregate: greenpool's Database has no aggregate",
+}
+#: The operations whose timeoutMS outlives the call (the cursor it opens, its close),
+#: which a timeout block around the call does not express.
+_LASTING = {"createFindCursor", "close"}
+#: Change streams: greenpool.Client has none (the command runner skips them, naming them).
+_NOT_OFFERED = {"createChangeStream"}
+
+
+def command_runner_reason(spec: dict[str, Any], test: dict[str, Any]) -> str | None:
+    """Why a test runs as commands (tests/csot_unified.py) rather than on the collection
+    API (tests/unified/), or None."""
+    entities = list(spec.get("createEntities") or [])
+    operations = list(_operations(test["operations"]))
+    entities += [e for o in operations if o["name"] == "createEntities"
+                 for e in o["arguments"]["entities"]]
+    kinds = {}
+    for entity in entities:
+        ((kind, options),) = entity.items()
+        kinds[options["id"]] = kind
+        if "timeoutMS" in (options.get(f"{kind}Options") or {}):
+            return f"a {kind}'s timeoutMS: PyMongo's API has none"
+        if kind == "session" and options.get("sessionOptions"):
+            return "a session's defaultTimeoutMS: PyMongo's API has none"
+        if kind == "bucket":
+            return "GridFS (the command runner skips it, naming it)"
+    for operation in operations:
+        name, arguments = operation["name"], operation.get("arguments") or {}
+        if name in COMMAND_OPERATIONS:
+            return COMMAND_OPERATIONS[name]
+        if kinds.get(operation["object"]) == "database" and name in COMMAND_DATABASE_OPERATIONS:
+            return COMMAND_DATABASE_OPERATIONS[name]
+        if name in _NOT_OFFERED:
+            return f"{name} (the command runner skips it, naming it)"
+        if "timeoutMode" in arguments:
+            return "timeoutMode: PyMongo's API has none"
+        if "cursorType" in arguments:
+            return ("a tailable cursor's timeouts (each getMore's): PyMongo's API does not "
+                    "express them")
+        if "timeoutMS" in arguments and name in _LASTING:
+            return (f"{name}'s timeoutMS bounds the cursor it opens or closes, which a "
+                    f"timeout block around the call does not")
+    return None
+
+
+def _operations(operations: list[dict[str, Any]]) -> Any:
+    for operation in operations:
+        yield operation
+        arguments = operation.get("arguments") or {}
+        yield from _operations(arguments.get("callback") or [])
+        if "operation" in arguments:
+            yield from _operations([arguments["operation"]])
+
+
+@pytest.fixture(scope="module")
+def deployment(replset_uri: str) -> Any:
+    with MongoClient(replset_uri, directConnection=True,
+                     serverSelectionTimeoutMS=10_000) as admin:
+        yield Deployment.of(admin, auth=False)
+
+
+def run_on_collection_api(spec: dict[str, Any], test: dict[str, Any], uri: str,
+                          deployment: Deployment) -> None:
+    """One test through the unified runner; a command a fail point holds may outlive a
+    timed-out operation, so the next test waits that long (tests/csot_unified.py's rule)."""
+    blocks = [o["arguments"]["failPoint"].get("data", {}).get("blockTimeMS", 0)
+              for o in _operations(test["operations"]) if o["name"] == "failPoint"]
+    gevent.sleep(max(0.0, csot_unified.server_busy_until() - time.monotonic()))
+    try:
+        unified.Runner(CLIENTS["greenpool"], unified.client_uri(uri, {}), deployment,
+                       timeout=greenpool.timeout).run(spec, test)
+    finally:
+        if max(blocks, default=0):
+            csot_unified.server_may_be_busy(time.monotonic(), max(blocks))
+
 
 def test_every_spec_file_is_run_or_listed() -> None:
     if not CSOT_DIR.exists():
@@ -83,13 +187,17 @@ def test_csot_spec_file_not_applicable(file_name: str) -> None:
     ids=[f"{file_name.removesuffix('.json')}[{test['description']}]"
          for file_name, _, test in CASES])
 def test_csot_spec(file_name: str, spec: dict[str, Any], test: dict[str, Any],
-                   replset_uri: str, request: pytest.FixtureRequest) -> None:
+                   replset_uri: str, deployment: Deployment,
+                   request: pytest.FixtureRequest) -> None:
     case_id = request.node.callspec.id
     if case_id in SKIP:
         pytest.skip(SKIP[case_id])
     if "skipReason" in test:
         pytest.skip(test["skipReason"])
     try:
-        Runner(replset_uri).run(spec, test)
-    except NotApplicable as reason:
+        if command_runner_reason(spec, test) is None:
+            run_on_collection_api(spec, test, replset_uri, deployment)
+        else:
+            Runner(replset_uri).run(spec, test)
+    except (NotApplicable, unified.NotApplicable) as reason:
         pytest.skip(f"needs {reason}, which greenpool.Client does not offer")

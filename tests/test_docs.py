@@ -70,6 +70,9 @@ def test_html_builds_without_warnings(spec_report: Path, tmp_path: Path) -> None
     assert "test_connection_logging[Create a client, run a command, and close the client]" in text
     assert "test_prose_5_a_failed_connection_set_up_is_a_connection_error" in text
     assert "test_logging_loadbalanced[Topology lifecycle]" in text
+    # The CRUD spec's files, each on both clients, with their cases.
+    assert "test_crud[insertOne-greenpool]" in text
+    assert "test_crud[insertOne-pymongo]" in text
 
 
 @pytest.mark.timeout(SPEC_RUN_TIMEOUT)
@@ -102,6 +105,22 @@ def test_conformance_renders_outcomes(tmp_path: Path) -> None:
     assert "- ``test_cmap_unit[c]``: **expected failure**: a known gap" in text
     # CMAP: 3 tests: 1 passed, 1 skipped, 1 expected failure, 0 failed.
     assert "     - 3\n     - 1\n     - 1\n     - 1\n     - 0" in text
+
+
+def test_conformance_shows_a_spec_files_cases(tmp_path: Path) -> None:
+    """A test that runs a whole spec file (tests/unified/suite.py) shows how many of its
+    cases passed, and each one that did not, with why."""
+    cases = ('[["a case", "passed", ""], ["an old one", "not run", "requires '
+             'maxServerVersion=&apos;4.2&apos;"]]')
+    report = tmp_path / "report.xml"
+    report.write_text(
+        '<testsuites><testsuite name="pytest">'
+        '<testcase classname="tests.test_crud_spec" name="test_crud[find-greenpool]">'
+        f'<properties><property name="cases" value="{cases.replace(chr(34), "&quot;")}"/>'
+        "</properties></testcase></testsuite></testsuites>")
+    text = "\n".join(conformance.render(report))
+    assert "- ``test_crud[find-greenpool]``: **passed**\n\n  1 of 2 cases passed" in text
+    assert "  - an old one: **not run**: requires maxServerVersion='4.2'" in text
 
 
 def _public_members(cls: type) -> list[str]:

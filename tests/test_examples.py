@@ -60,6 +60,16 @@ def test_example(script: str, expected: str, mongodb_uri: str) -> None:
     assert expected in run(str(ROOT / "examples" / script), mongodb_uri)
 
 
+@pytest.mark.parametrize("client", ["pymongo", "greenpool"])
+def test_shop_app_tests_pass_on(client: str, mongodb_uri: str) -> None:
+    """examples/shop's own tests, on one client: the app is the same on both, only the
+    factory its tests give it differs (SHOP_CLIENT)."""
+    env = {**os.environ, "SHOP_CLIENT": client, "MONGODB_URI": mongodb_uri}
+    out = run("-m", "pytest", str(ROOT / "examples" / "shop" / "test_app.py"), "-q",
+              "-p", "no:cacheprovider", env=env)
+    assert re.search(r"^8 passed", out, re.MULTILINE), out
+
+
 def test_wsgi_server_example(mongodb_uri: str) -> None:
     """examples/wsgi_server.py serves concurrent requests through a small pool."""
     import json

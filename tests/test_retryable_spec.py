@@ -1,12 +1,15 @@
 """The Retryable Reads and Retryable Writes spec tests, each by name
-(``<file>[<description>]``), run by tests/retryable_unified.py against
-greenpool.Client and SecantusDB's one-node replica set.
+(``<file>[<description>]``), against greenpool.Client and SecantusDB's one-node
+replica set.
 
-greenpool's Client is a command runner: an operation of a test is the command
-a driver sends for it, retried as :mod:`greenpool.client.retries` classifies
-it by name. The files that do not apply to it are listed in NOT_APPLICABLE
-with the reason (docs/conformance.rst shows the same list); a test in a
-running file that needs something greenpool does not offer, or a deployment
+A test runs through the project's unified runner (tests/unified/): its operations are
+greenpool.Client's collection API calls (``insertOne`` is ``collection.insert_one``),
+retried as the Client retries them. A test that uses an operation the collection API
+does not express (COMMAND_RUNNER says which, and why) runs through
+tests/retryable_unified.py instead, where an operation is the command a driver sends for
+it, run by ``Client.command``. The files that do not apply are listed in NOT_APPLICABLE
+with the reason (docs/conformance.rst shows the same list); a test in a running file that
+needs something greenpool does not offer, a fail point SecantusDB ignores, or a deployment
 the test server is not, is skipped, naming it.
 
 minHeartbeatFrequencyMS is 10 ms here instead of 500: most tests fail a command
@@ -26,7 +29,12 @@ import pytest
 from pymongo import MongoClient
 
 from greenpool.client import monitor
-from tests.retryable_unified import READS_DIR, WRITES_DIR, NotApplicable, Runner, load_cases
+from tests import retryable_unified
+from tests.retryable_unified import FAIL_POINTS, READS_DIR, WRITES_DIR
+from tests.unified.deployment import Deployment
+from tests.unified.files import load_file
+from tests.unified.runner import NotApplicable, Runner, client_uri
+from tests.unified.suite import CLIENTS
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -41,10 +49,14 @@ READS_NOT_APPLICABLE = {
                       "command); Client.command never retries mapReduce by name",
 }
 WRITES_NOT_APPLICABLE = {
-    **{f"{name}.json": "greenpool.Client has no bulkWrite API (one command per call)"
-       for name in ("bulkWrite", "bulkWrite-errorLabels", "bulkWrite-serverErrors")},
     **{f"{name}.json": "greenpool.Client has no client-level bulkWrite API"
        for name in ("client-bulkWrite-clientErrors", "client-bulkWrite-serverErrors")},
+}
+#: The operations a test runs through tests/retryable_unified.py's commands, and why.
+COMMAND_RUNNER = {
+    "count": "PyMongo 4 has no Collection.count, so neither has the collection API; the "
+             "count command is a retryable read",
+    "listIndexNames": "PyMongo has no list_index_names; the listIndexes command",
 }
 
 
@@ -64,10 +76,14 @@ def _files(directory: Any, not_applicable: dict[str, str]) -> list[str]:
                   if path.name not in not_applicable)
 
 
-READ_CASES = [(name, spec, test) for name in _files(READS_DIR, READS_NOT_APPLICABLE)
-              for spec, test in load_cases("reads", name)]
-WRITE_CASES = [(name, spec, test) for name in _files(WRITES_DIR, WRITES_NOT_APPLICABLE)
-               for spec, test in load_cases("writes", name)]
+def _cases(directory: Any, not_applicable: dict[str, str]
+           ) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+    return [(name, spec, test) for name in _files(directory, not_applicable)
+            for spec in [load_file(directory / name)] for test in spec["tests"]]
+
+
+READ_CASES = _cases(READS_DIR, READS_NOT_APPLICABLE)
+WRITE_CASES = _cases(WRITES_DIR, WRITES_NOT_APPLICABLE)
 
 
 def _ids(cases: list[tuple[str, dict[str, Any], dict[str, Any]]]) -> list[str]:
@@ -82,22 +98,51 @@ def admin(replset_uri: str) -> Iterator[MongoClient[dict[str, Any]]]:
         yield client
 
 
+@pytest.fixture(scope="module")
+def deployment(admin: MongoClient[dict[str, Any]]) -> Deployment:
+    return Deployment.of(admin, auth=False)
+
+
 @pytest.fixture(autouse=True)
 def _quick_rechecks(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(monitor, "MIN_HEARTBEAT_FREQUENCY", 0.01)
 
 
-def run(uri: str, admin: MongoClient[dict[str, Any]], spec: dict[str, Any],
-        test: dict[str, Any], request: pytest.FixtureRequest) -> None:
+def _operations(operations: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    """Every operation of a test, those in a withTransaction callback included."""
+    for operation in operations:
+        yield operation
+        yield from _operations((operation.get("arguments") or {}).get("callback") or [])
+
+
+def run(uri: str, deployment: Deployment, spec: dict[str, Any], test: dict[str, Any],
+        request: pytest.FixtureRequest) -> None:
     case_id = request.node.callspec.id
     if case_id in SKIP:
         pytest.skip(SKIP[case_id])
     if "skipReason" in test:
         pytest.skip(test["skipReason"])
+    for requirements in (spec.get("runOnRequirements"), test.get("runOnRequirements")):
+        reason = deployment.unmet(requirements)
+        if reason is not None:
+            pytest.skip(reason)
+    operations = list(_operations(test["operations"]))
+    for operation in operations:
+        if operation["name"] == "failPoint":
+            name = operation["arguments"]["failPoint"]["configureFailPoint"]
+            if name not in FAIL_POINTS:
+                pytest.skip(f"needs the {name} fail point (SecantusDB accepts it and does "
+                            f"nothing)")
+    if any(operation["name"] in COMMAND_RUNNER for operation in operations):
+        try:
+            retryable_unified.Runner(uri, deployment.admin).run(spec, test)
+        except retryable_unified.NotApplicable as reason:
+            pytest.skip(f"needs {reason}")
+        return
     try:
-        Runner(uri, admin).run(spec, test)
+        Runner(CLIENTS["greenpool"], client_uri(uri, {}), deployment).run(spec, test)
     except NotApplicable as reason:
-        pytest.skip(f"needs {reason}")
+        pytest.skip(str(reason))
 
 
 def test_every_spec_file_is_run_or_listed() -> None:
@@ -123,13 +168,13 @@ def test_retryable_writes_file_not_applicable(file_name: str) -> None:
 
 @pytest.mark.parametrize(("file_name", "spec", "test"), READ_CASES, ids=_ids(READ_CASES))
 def test_retryable_reads(file_name: str, spec: dict[str, Any], test: dict[str, Any],
-                         replset_uri: str, admin: MongoClient[dict[str, Any]],
+                         replset_uri: str, deployment: Deployment,
                          request: pytest.FixtureRequest) -> None:
-    run(replset_uri, admin, spec, test, request)
+    run(replset_uri, deployment, spec, test, request)
 
 
 @pytest.mark.parametrize(("file_name", "spec", "test"), WRITE_CASES, ids=_ids(WRITE_CASES))
 def test_retryable_writes(file_name: str, spec: dict[str, Any], test: dict[str, Any],
-                          replset_uri: str, admin: MongoClient[dict[str, Any]],
-                         request: pytest.FixtureRequest) -> None:
-    run(replset_uri, admin, spec, test, request)
+                          replset_uri: str, deployment: Deployment,
+                          request: pytest.FixtureRequest) -> None:
+    run(replset_uri, deployment, spec, test, request)

@@ -11,6 +11,9 @@ import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import dns.name
+import dns.rdatatype
+import dns.resolver
 import gevent
 import pytest
 from pymongo import monitoring as _m
@@ -21,16 +24,21 @@ from pymongo.errors import (
     OperationFailure,
     ServerSelectionTimeoutError,
 )
+from pymongo.hello import Hello
 from pymongo.read_preferences import ReadPreference
+from pymongo.server_description import ServerDescription
 
 from greenpool import Client, Pool, PoolOptions
 from greenpool.cli.embedded import free_port
 from greenpool.client import monitor as monitor_module
+from greenpool.client.srvpoll import SrvPoller
 from greenpool.client.topology import Topology
 from tests.events import AllEvents
 from tests.fake_replset import FakeMongoses, FakeReplicaSet
 from tests.fake_server import HANG_UP, FakeServer
 from tests.mock import MockConnector
+from tests.slow_dns import SlowDNSServer
+from tests.uri_dns import seedlist_zone
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -401,5 +409,51 @@ def test_an_srv_poll_never_changes_a_replica_set() -> None:
         assert not topology.polls_srv
         topology.srv_hosts_changed([("h", 2)])
         assert set(topology.servers) == {("h", 1)}
+    finally:
+        topology.close()
+
+
+def test_a_client_on_a_srv_name_follows_its_records(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Client polls a mongodb+srv:// name while its topology is Unknown or Sharded:
+    a rescan that finds other records closes the servers they no longer name and opens
+    the new ones (nothing listens there: they stay Unknown)."""
+    host = "test1.test.build.10gen.cc"
+    records = [f"0 0 {port} localhost.test.build.10gen.cc." for port in (27017, 27018)]
+    zone = {**seedlist_zone(), (dns.name.from_text(f"_mongodb._tcp.{host}"),
+                                dns.rdatatype.SRV): records}
+    with SlowDNSServer(zone, ttl=0) as server:
+        monkeypatch.setattr(dns.resolver, "default_resolver", server.resolver())
+        with Client(f"mongodb+srv://{host}/?tls=false&serverSelectionTimeoutMS=100") as client:
+            poller = client.topology.srv_poller
+            assert poller is not None and poller.running
+            first = {("localhost.test.build.10gen.cc", port) for port in (27017, 27018)}
+            assert set(client.topology.servers) == first
+            closing = client.pools[("localhost.test.build.10gen.cc", 27017)]
+            server.zone = {**zone, (dns.name.from_text(f"_mongodb._tcp.{host}"),
+                                    dns.rdatatype.SRV): [
+                f"0 0 {port} localhost.test.build.10gen.cc." for port in (27018, 27019)]}
+            poller.rescan()
+            assert set(client.topology.servers) == {
+                ("localhost.test.build.10gen.cc", port) for port in (27018, 27019)}
+            assert closing.stats().state == "closed"
+        assert not poller.running  # stopped with the client
+
+
+def test_srv_polling_stops_once_the_topology_is_a_replica_set() -> None:
+    events = AllEvents()
+    seed = ("h", 1)
+    topology = mock_topology([seed], events)
+    poller = SrvPoller("cluster.example.com", heartbeat_frequency=10.0,
+                       current_hosts=lambda: list(topology.servers),
+                       on_hosts=topology.srv_hosts_changed)
+    try:
+        topology.poll_srv(poller)
+        assert poller.running and topology.srv_poller is poller
+        primary = ServerDescription(seed, Hello({
+            "ok": 1, "isWritablePrimary": True, "setName": "rs", "hosts": ["h:1"],
+            "minWireVersion": 0, "maxWireVersion": 21}))
+        topology.check_succeeded(topology.servers[seed], primary)
+        assert topology.description.topology_type_name == "ReplicaSetWithPrimary"
+        assert not poller.running and topology.srv_poller is None
     finally:
         topology.close()

@@ -617,7 +617,8 @@ BAD_VALUES: dict[str, tuple[str, str, str] | None] = {
 }
 # A bad value of these raises: going on without it would connect differently.
 STRICT = {"authMechanism", "authSource", "authMechanismProperties", "tlsCAFile",
-          "tlsCertificateKeyFile", "tlsCRLFile"}
+          "tlsCertificateKeyFile", "tlsCRLFile", "w", "wTimeoutMS", "journal",
+          "readConcernLevel"}
 
 
 def test_every_option_has_a_bad_value_here() -> None:

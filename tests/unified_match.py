@@ -1,27 +1,47 @@
-"""What the unified test format runners (tests/lb_unified.py, tests/csot_unified.py,
-tests/logging_unified.py, tests/retryable_unified.py) share: reading a spec file's tests,
-event names, the recorder of a client entity's events, and the format's matching rules
-(``match``, ``match_event``, ``check_error``, ``check_events``) and the frame of a test
-(``run_test``, ``close_entities``).
+"""What the unified test format runners (tests/unified/, tests/lb_unified.py,
+tests/csot_unified.py, tests/logging_unified.py, tests/retryable_unified.py) share: reading a
+spec file's tests, event names, the recorder of a client entity's events, and the format's
+matching rules (``match``, ``match_event``, ``check_error``, ``check_events``) and the frame
+of a test (``run_test``, ``close_entities``).
 
-The rules are the union of what the Load Balancer, CSOT, logging and retryable reads and
-writes spec files use, each one exactly as the format defines it: ``$$type`` (the BSON types
-named below), ``$$exists``, ``$$lte``, ``$$unsetOrMatches``, extra keys only in root
-documents, numbers by value, booleans by identity. Any other operator or key raises, so a
-spec file that needs more fails instead of passing.
+The rules are the format's "Evaluating Matches", each one exactly as it is defined there:
+the special operators ``$$exists``, ``$$type`` (every type name of the ``$type`` query
+operator), ``$$matchesEntity``, ``$$matchesHexBytes``, ``$$unsetOrMatches``,
+``$$sessionLsid``, ``$$lte``, ``$$matchAsDocument`` and ``$$matchAsRoot``; extra keys only
+in root documents; numbers by value (flexible numerics), booleans by identity. Any other
+``$$`` operator or expectation key raises, so a spec file that needs more fails instead of
+passing.
 """
 
 from __future__ import annotations
 
 import contextlib
+import datetime
 import json
-from collections.abc import Iterable, Mapping
+import re
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from bson import json_util
+from bson.binary import Binary
+from bson.code import Code
+from bson.dbref import DBRef
+from bson.decimal128 import Decimal128
 from bson.int64 import Int64
+from bson.max_key import MaxKey
+from bson.min_key import MinKey
+from bson.objectid import ObjectId
+from bson.regex import Regex
+from bson.timestamp import Timestamp
 from pymongo import monitoring as _m
-from pymongo.errors import ConnectionFailure, OperationFailure, PyMongoError
+from pymongo.errors import (
+    BulkWriteError,
+    ConnectionFailure,
+    NotPrimaryError,
+    OperationFailure,
+    PyMongoError,
+)
 
 from greenpool.client.cursor import Cursor
 from greenpool.client.session import Session
@@ -48,16 +68,45 @@ def event_name(event: Any) -> str:
 COMMAND_EVENTS = (_m.CommandStartedEvent, _m.CommandSucceededEvent, _m.CommandFailedEvent)
 
 
-class Recorder(_m.CommandListener, _m.ConnectionPoolListener):
-    """Records the observed events of one client entity; counts checked-out connections and
-    keeps the started commands whatever is observed. Command events of the ignored commands
-    (``ignoreCommandMonitoringEvents``) and of configureFailPoint are dropped."""
+#: The commands whose events carry sensitive information (the Command Logging and
+#: Monitoring spec's list): a client entity ignores them unless observeSensitiveCommands.
+SENSITIVE_COMMANDS = frozenset({
+    "authenticate", "saslstart", "saslcontinue", "getnonce", "createuser", "updateuser",
+    "copydbgetnonce", "copydbsaslstart", "copydb"})
+#: hello is sensitive only with speculativeAuthenticate, which drivers show redacted:
+#: an empty command or reply is how a runner recognises it.
+HELLO_COMMANDS = frozenset({"hello", "ismaster"})
 
-    def __init__(self, observe: Iterable[str], ignore: Iterable[str] = ()) -> None:
+
+def is_sensitive(event: Any) -> bool:
+    """Whether a command event is one a client entity ignores unless it observes
+    sensitive commands."""
+    name = event.command_name.lower()
+    if name in SENSITIVE_COMMANDS:
+        return True
+    if name in HELLO_COMMANDS:
+        document = getattr(event, "command", None)
+        if document is None:
+            document = getattr(event, "reply", None)
+        return document is not None and not document
+    return False
+
+
+class Recorder(_m.CommandListener, _m.ConnectionPoolListener):
+    """Records the observed events of one client entity; counts checked-out and ready
+    connections and keeps the started commands whatever is observed. Command events of the
+    ignored commands (``ignoreCommandMonitoringEvents``), of configureFailPoint and of
+    sensitive commands (unless ``observe_sensitive``) are dropped."""
+
+    def __init__(self, observe: Iterable[str], ignore: Iterable[str] = (), *,
+                 observe_sensitive: bool = False) -> None:
         self.observe = set(observe)
-        self.ignore = set(ignore) | {"configureFailPoint"}
+        self.ignore = {name.lower() for name in ignore} | {"configurefailpoint"}
+        self.observe_sensitive = observe_sensitive
         self.events: list[Any] = []
         self.checked_out = 0
+        #: The ids of the established connections that are not closed (awaitMinPoolSizeMS).
+        self.ready: set[int] = set()
         self.started_commands: list[Mapping[str, Any]] = []
 
     def _record(self, event: Any) -> None:
@@ -65,8 +114,14 @@ class Recorder(_m.CommandListener, _m.ConnectionPoolListener):
             self.checked_out += 1
         elif isinstance(event, _m.ConnectionCheckedInEvent):
             self.checked_out -= 1
+        elif isinstance(event, _m.ConnectionReadyEvent):
+            self.ready.add(event.connection_id)
+        elif isinstance(event, _m.ConnectionClosedEvent):
+            self.ready.discard(event.connection_id)
         if isinstance(event, COMMAND_EVENTS):
-            if event.command_name in self.ignore:
+            if event.command_name.lower() in self.ignore:
+                return
+            if not self.observe_sensitive and is_sensitive(event):
                 return
             if isinstance(event, _m.CommandStartedEvent):
                 self.started_commands.append(event.command)
@@ -88,60 +143,80 @@ class Recorder(_m.CommandListener, _m.ConnectionPoolListener):
 # -- matching -----------------------------------------------------------------------------
 
 
+class RootDocuments(list[Any]):
+    """The documents of an iterated cursor (find, aggregate...): the format matches each
+    one as a root-level document, where a plain array's documents are nested ones."""
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+#: ``$$type``'s names: those of the ``$type`` query operator, as bson decodes each type.
+_TYPES: dict[str, Callable[[Any], bool]] = {
+    "double": lambda v: isinstance(v, float),
+    "string": lambda v: isinstance(v, str),
+    "object": lambda v: isinstance(v, Mapping),
+    "array": lambda v: isinstance(v, list),
+    "binData": lambda v: isinstance(v, bytes | Binary),
+    "undefined": lambda v: v is None,
+    "objectId": lambda v: isinstance(v, ObjectId),
+    "bool": lambda v: isinstance(v, bool),
+    "date": lambda v: isinstance(v, datetime.datetime),
+    "null": lambda v: v is None,
+    "regex": lambda v: isinstance(v, Regex | re.Pattern),
+    "dbPointer": lambda v: isinstance(v, DBRef),
+    "javascript": lambda v: isinstance(v, Code) and v.scope is None,
+    "symbol": lambda v: isinstance(v, str),
+    "javascriptWithScope": lambda v: isinstance(v, Code) and v.scope is not None,
+    "int": lambda v: (isinstance(v, int) and not isinstance(v, bool | Int64)
+                      and -(2**31) <= v < 2**31),
+    "timestamp": lambda v: isinstance(v, Timestamp),
+    "long": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "decimal": lambda v: isinstance(v, Decimal128),
+    "minKey": lambda v: isinstance(v, MinKey),
+    "maxKey": lambda v: isinstance(v, MaxKey),
+    "number": lambda v: _is_number(v) or isinstance(v, Decimal128),
+}
+
+
 def _type_matches(name: str, value: Any) -> bool:
-    if name == "array":
-        return isinstance(value, list)
-    if name == "string":
-        return isinstance(value, str)
-    if name == "int":
-        return (isinstance(value, int) and not isinstance(value, (bool, Int64))
-                and -(2**31) <= value < 2**31)
-    if name == "long":
-        return isinstance(value, int) and not isinstance(value, bool)
-    if name == "double":
-        return isinstance(value, float)
-    if name == "bool":
-        return isinstance(value, bool)
-    raise AssertionError(f"$$type {name!r} is not supported by this runner")
+    if name not in _TYPES:
+        raise AssertionError(f"$$type {name!r} is not a type name of the unified format")
+    return _TYPES[name](value)
 
 
-class Documents(list[Any]):
-    """The documents of an iterable result (``find``, ``aggregate``): each is matched
-    as a root-level document (the unified format's rule), unlike the values of an
-    array result (``distinct``)."""
+def _operator(expected: Any) -> str | None:
+    """The special operator ``expected`` is (a document whose only key starts with $$)."""
+    if isinstance(expected, Mapping) and len(expected) == 1:
+        (key,) = expected
+        if isinstance(key, str) and key.startswith("$$"):
+            return key
+    return None
 
 
-def match(expected: Any, actual: Any, path: str = "", *, root: bool = True) -> None:
-    """Assert that ``actual`` matches ``expected`` (unified format rules: extra keys only in
-    the root document; ``$$type``; ``$$exists``; ``$$lte``; ``$$unsetOrMatches``; numbers by
-    value). ``actual`` None stands for an unset value (a result the operation does not have)."""
-    if isinstance(expected, Mapping) and set(expected) == {"$$unsetOrMatches"}:
-        if actual is not None:
-            match(expected["$$unsetOrMatches"], actual, path, root=root)
-        return
-    if isinstance(expected, Mapping) and set(expected) == {"$$type"}:
-        types = expected["$$type"]
-        types = [types] if isinstance(types, str) else types
-        assert any(_type_matches(t, actual) for t in types), (
-            f"{path or 'value'}: {actual!r} is not of type {types}")
-        return
-    if isinstance(expected, Mapping) and set(expected) == {"$$lte"}:
-        assert isinstance(actual, int) and actual <= expected["$$lte"], (
-            f"{path or 'value'}: {actual!r} is not <= {expected['$$lte']}")
+def match(expected: Any, actual: Any, path: str = "", *, root: bool = True,
+          entities: Mapping[str, Any] | None = None) -> None:
+    """Assert that ``actual`` matches ``expected`` by the unified format's rules. ``actual``
+    None stands for an unset value (a result the operation does not have); ``entities``
+    is the test's entity map, for ``$$matchesEntity`` and ``$$sessionLsid``."""
+    operator = _operator(expected)
+    if operator is not None:
+        _match_operator(operator, expected[operator], actual, path, root, entities)
         return
     if isinstance(expected, Mapping):
         assert isinstance(actual, Mapping), f"{path}: expected a document, got {actual!r}"
         for key, value in expected.items():
-            if isinstance(value, Mapping) and set(value) == {"$$exists"}:
-                assert (key in actual) is value["$$exists"], (
-                    f"{path}: {key!r} should {'' if value['$$exists'] else 'not '}exist in "
+            inner = _operator(value)
+            if inner == "$$exists":
+                assert (key in actual) is value[inner], (
+                    f"{path}: {key!r} should {'' if value[inner] else 'not '}exist in "
                     f"{dict(actual)!r}")
                 continue
-            if isinstance(value, Mapping) and set(value) == {"$$unsetOrMatches"} and (
-                    key not in actual):
+            if inner == "$$unsetOrMatches" and key not in actual:
                 continue
             assert key in actual, f"{path}: no {key!r} in {dict(actual)!r}"
-            match(value, actual[key], f"{path}.{key}", root=False)
+            match(value, actual[key], f"{path}.{key}", root=False, entities=entities)
         if not root:
             extra = set(actual) - set(expected)
             assert not extra, f"{path}: unexpected fields {sorted(extra)} in {dict(actual)!r}"
@@ -149,24 +224,72 @@ def match(expected: Any, actual: Any, path: str = "", *, root: bool = True) -> N
     if isinstance(expected, list):
         assert isinstance(actual, list) and len(actual) == len(expected), (
             f"{path}: expected {expected!r}, got {actual!r}")
+        roots = isinstance(actual, RootDocuments)
         for i, (e, a) in enumerate(zip(expected, actual, strict=True)):
-            match(e, a, f"{path}[{i}]", root=isinstance(actual, Documents))
+            match(e, a, f"{path}[{i}]", root=roots, entities=entities)
         return
     if isinstance(expected, bool) or isinstance(actual, bool):
         assert expected is actual, f"{path}: expected {expected!r}, got {actual!r}"
         return
+    if _is_number(expected):
+        assert _is_number(actual) and expected == actual, (
+            f"{path}: expected {expected!r}, got {actual!r}")
+        return
+    assert type(expected) is type(actual) or (
+        isinstance(expected, str) and isinstance(actual, str)), (
+        f"{path}: expected {expected!r} ({type(expected).__name__}), got {actual!r} "
+        f"({type(actual).__name__})")
     assert expected == actual, f"{path}: expected {expected!r}, got {actual!r}"
 
 
-def match_event(expected: Mapping[str, Any], event: Any, index: int) -> None:
+def _match_operator(operator: str, operand: Any, actual: Any, path: str, root: bool,
+                    entities: Mapping[str, Any] | None) -> None:
+    where = path or "value"
+    if operator == "$$unsetOrMatches":
+        if actual is not None:
+            match(operand, actual, path, root=root, entities=entities)
+    elif operator == "$$type":
+        types = [operand] if isinstance(operand, str) else operand
+        assert any(_type_matches(t, actual) for t in types), (
+            f"{where}: {actual!r} is not of type {types}")
+    elif operator == "$$lte":
+        assert _is_number(actual) and actual <= operand, f"{where}: {actual!r} is not <= {operand}"
+    elif operator == "$$matchesEntity":
+        match(_entity(entities, operand), actual, path, root=root, entities=entities)
+    elif operator == "$$sessionLsid":
+        lsid = getattr(_entity(entities, operand), "session_id", None)
+        assert lsid is not None, f"{where}: entity {operand!r} is not a session"
+        match(lsid, actual, path, root=False, entities=entities)
+    elif operator == "$$matchesHexBytes":
+        assert isinstance(operand, str) and re.fullmatch(r"(?:[0-9a-fA-F]{2})*", operand), (
+            f"{where}: $$matchesHexBytes {operand!r} is not hexadecimal bytes")
+        assert isinstance(actual, bytes) and actual == bytes.fromhex(operand), (
+            f"{where}: {actual!r} is not the bytes {operand}")
+    elif operator == "$$matchAsDocument":
+        assert isinstance(actual, str), f"{where}: {actual!r} is not extended JSON"
+        match(operand, json_util.loads(actual), path, root=False, entities=entities)
+    elif operator == "$$matchAsRoot":
+        match(operand, actual, path, root=True, entities=entities)
+    else:
+        raise AssertionError(f"{where}: {operator} is not a special operator of the unified "
+                             f"format (or it is only valid as a field's value: $$exists)")
+
+
+def _entity(entities: Mapping[str, Any] | None, name: Any) -> Any:
+    assert entities is not None and name in entities, f"no entity {name!r} in this test"
+    return entities[name]
+
+
+def match_event(expected: Mapping[str, Any], event: Any, index: int,
+                entities: Mapping[str, Any] | None = None) -> None:
     ((name, fields),) = expected.items()
     where = f"event {index} ({event_name(event)})"
     assert event_name(event) == name, f"{where}: expected {name}"
     for key, value in fields.items():
         if key == "command":
-            match(value, event.command, f"{where}.command")
+            match(value, event.command, f"{where}.command", entities=entities)
         elif key == "reply":
-            match(value, event.reply, f"{where}.reply")
+            match(value, event.reply, f"{where}.reply", entities=entities)
         elif key == "commandName":
             assert event.command_name == value, f"{where}: commandName {event.command_name!r}"
         elif key == "databaseName":
@@ -174,13 +297,17 @@ def match_event(expected: Mapping[str, Any], event: Any, index: int) -> None:
         elif key == "hasServiceId":
             assert (event.service_id is not None) is value, (
                 f"{where}: serviceId {event.service_id!r}")
+        elif key == "hasServerConnectionId":
+            assert (event.server_connection_id is not None) is value, (
+                f"{where}: serverConnectionId {event.server_connection_id!r}")
         elif key == "reason":
             assert event.reason == value, f"{where}: reason {event.reason!r}, expected {value!r}"
         else:
             raise AssertionError(f"{where}: {key!r} is not supported by this runner")
 
 
-def check_events(recorder: Recorder, expected: Mapping[str, Any]) -> None:
+def check_events(recorder: Recorder, expected: Mapping[str, Any],
+                 entities: Mapping[str, Any] | None = None) -> None:
     """One ``expectEvents`` entry against the client's recorder (call after a yield: pool
     events may be delivered at the next one)."""
     family = expected.get("eventType", "command")
@@ -191,36 +318,70 @@ def check_events(recorder: Recorder, expected: Mapping[str, Any]) -> None:
     names = [event_name(e) for e in actual]
     assert len(actual) == len(wanted), (
         f"{expected['client']} {family} events: expected "
-        f"{[next(iter(w)) for w in wanted]}, got {names}")
+        f"{[next(iter(w)) for w in wanted]}, got {names}"
+        + "".join(f"\n  {event_name(e)} {getattr(e, 'command', '')}" for e in actual))
     for index, (want, event) in enumerate(zip(wanted, actual, strict=True)):
-        match_event(want, event, index)
+        match_event(want, event, index, entities)
 
 
-def check_error(expected: Mapping[str, Any], error: BaseException | None) -> None:
+def is_client_error(error: BaseException) -> bool:
+    """Whether an error comes from the client rather than from a server's reply: a network
+    error, an error the driver raised before sending, or a ValueError from argument
+    validation (PyMongo's own for an update document without operators, for one)."""
+    if isinstance(error, ValueError):
+        return True
+    if isinstance(error, OperationFailure | NotPrimaryError):
+        return False
+    return isinstance(error, ConnectionFailure) or not getattr(error, "details", None)
+
+
+def _has_label(error: BaseException, label: str) -> bool:
+    return isinstance(error, PyMongoError) and error.has_error_label(label)
+
+
+def check_error(expected: Mapping[str, Any], error: BaseException | None, *,
+                result: Callable[[BaseException], Any] | None = None,
+                entities: Mapping[str, Any] | None = None) -> None:
+    """One ``expectError`` against the error an operation raised. ``result`` gives the
+    result an error carries (a bulk write's), for ``expectError.expectResult``."""
     assert error is not None, f"expected an error ({expected}), the operation succeeded"
-    assert isinstance(error, PyMongoError), f"expected a PyMongoError, got {error!r}"
+    assert isinstance(error, PyMongoError | ValueError), (
+        f"expected a PyMongoError (or a ValueError from argument validation), got {error!r}")
+    details = getattr(error, "details", None) or {}
     for key, value in expected.items():
         if key == "isError":
             continue
         if key == "isTimeoutError":
-            assert error.timeout is value, f"isTimeoutError {value} but got {error!r}"
+            assert getattr(error, "timeout", False) is value, (
+                f"isTimeoutError {value} but got {error!r}")
         elif key == "isClientError":
-            is_client = not isinstance(error, OperationFailure) and (
-                isinstance(error, ConnectionFailure) or not getattr(error, "details", None))
-            assert is_client is value, f"isClientError {value} but got {error!r}"
+            assert is_client_error(error) is value, f"isClientError {value} but got {error!r}"
         elif key == "errorCode":
             code = getattr(error, "code", None)
-            if code is None:
-                code = (getattr(error, "details", None) or {}).get("code")
+            if code is None or isinstance(error, BulkWriteError):
+                code = details.get("code", code)
             assert code == value, f"errorCode {value} but got {code!r}: {error!r}"
+        elif key == "errorCodeName":
+            name = details.get("codeName")
+            assert isinstance(name, str) and name.lower() == value.lower(), (
+                f"errorCodeName {value} but got {name!r}: {error!r}")
         elif key == "errorContains":
-            assert value.lower() in str(error).lower(), f"{value!r} not in {str(error)!r}"
+            # A bulk write error's message is its write and write concern errors' too.
+            text = f"{error} {details}" if isinstance(error, BulkWriteError) else str(error)
+            assert value.lower() in text.lower(), f"{value!r} not in {text!r}"
         elif key == "errorLabelsContain":
             for label in value:
-                assert error.has_error_label(label), f"no label {label} on {error!r}"
+                assert _has_label(error, label), f"no label {label} on {error!r}"
         elif key == "errorLabelsOmit":
             for label in value:
-                assert not error.has_error_label(label), f"label {label} on {error!r}"
+                assert not _has_label(error, label), f"label {label} on {error!r}"
+        elif key == "errorResponse":
+            assert details, f"errorResponse: {error!r} carries no server response"
+            match(value, details, "errorResponse", entities=entities)
+        elif key == "expectResult":
+            carried = result(error) if result is not None else None
+            assert carried is not None, f"expectResult: {error!r} carries no result"
+            match(value, carried, "expectError.expectResult", entities=entities)
         else:
             raise AssertionError(f"expectError.{key} is not supported by this runner")
 

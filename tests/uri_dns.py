@@ -68,9 +68,10 @@ class StubResolver:
         return dns.resolver.Answer(name, rtype, dns.rdataclass.IN, response)
 
 
-def respond(query: dns.message.Message, records: Records) -> dns.message.Message:
-    """The zone's response to ``query``: the records asked for; no answer for a
-    name the zone has without that type; NXDOMAIN for a name it does not have."""
+def respond(query: dns.message.Message, records: Records, ttl: int = TTL) -> dns.message.Message:
+    """The zone's response to ``query``: the records asked for (with time to
+    live ``ttl``); no answer for a name the zone has without that type;
+    NXDOMAIN for a name it does not have."""
     response = dns.message.make_response(query)
     question = query.question[0]
     name, rtype = question.name, question.rdtype
@@ -78,7 +79,7 @@ def respond(query: dns.message.Message, records: Records) -> dns.message.Message
     if data:
         rrset = response.find_rrset(response.answer, name, dns.rdataclass.IN, rtype, create=True)
         for text in data:
-            rrset.add(dns.rdata.from_text(dns.rdataclass.IN, rtype, text), TTL)
+            rrset.add(dns.rdata.from_text(dns.rdataclass.IN, rtype, text), ttl)
     elif not any(known == name for known, _ in records):
         response.set_rcode(dns.rcode.NXDOMAIN)
     return response

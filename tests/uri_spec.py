@@ -87,5 +87,7 @@ SETTING.update({
     "heartbeatfrequencyms": lambda s: _ms(s.heartbeat_frequency),
     "localthresholdms": lambda s: _ms(s.local_threshold),
     "replicaset": lambda s: s.replica_set,
+    # With no user, authSource stays with the options greenpool does not use.
+    "authsource": lambda s: s.credentials.source if s.credentials else s.extra["authsource"],
     "retrywrites": lambda s: s.retry_writes,
 })

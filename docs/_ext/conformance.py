@@ -1,5 +1,7 @@
 """A Sphinx extension: ``.. spec-conformance::`` renders which spec tests ran, passed and
-were skipped (with reasons), from a JUnit XML report of a pytest run.
+were skipped (with reasons), from a JUnit XML report of a pytest run. A test that runs a
+whole spec file (tests/unified/suite.py) carries its cases in a ``cases`` property; the
+page shows how many passed and each case that did not run or failed, with the reason.
 
 The report is ``$GREENPOOL_SPEC_JUNIT`` when set (the docs test runs the spec test modules
 once and passes it); otherwise the extension runs those modules itself at the start of the
@@ -8,6 +10,7 @@ build, with ``--junitxml`` into the build directory. Nothing on the page is type
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -29,11 +32,18 @@ SPEC_MODULES = {
     "tests/test_cmap_spec.py": "Connection Monitoring and Pooling (CMAP)",
     "tests/test_uri_options.py": "URI Options",
     "tests/test_dns_seedlist_lb.py": "Initial DNS Seedlist Discovery (load-balanced)",
+    "tests/test_dns_seedlist.py": "Initial DNS Seedlist Discovery (replica-set, sharded)",
+    "tests/test_srvpoll.py": "Polling SRV Records for mongos Discovery (prose tests)",
+    "tests/test_selection_spec.py": "Server Selection and Max Staleness",
     "tests/test_load_balancers.py": "Load Balancer (unified format)",
     "tests/test_csot_spec.py": "Client Side Operations Timeout (unified format)",
     "tests/test_retryable_spec.py": "Retryable Reads and Retryable Writes (unified format)",
+    "tests/test_crud_spec.py": "CRUD and Read/Write Concern operations (unified format, "
+                               "PyMongo and greenpool.Client)",
     "tests/test_cmap_logging.py": "CMAP logging (unified format) and prose tests",
     "tests/test_sdam_logging.py": "SDAM Logging and Monitoring (load-balanced, unified format)",
+    "tests/test_read_write_concern_spec.py": "Read and Write Concern (connection-string and "
+                                             "document files)",
     "tests/test_sdam_spec.py": "Server Discovery and Monitoring (rs, sharded, single, errors, "
                                "monitoring)",
     "tests/test_backpressure_spec.py": "Client Backpressure (unified format)",
@@ -62,18 +72,36 @@ def _outcome(case: ET.Element) -> tuple[str, str]:
     return "passed", ""
 
 
+def _file_cases(case: ET.Element) -> list[str]:
+    """The lines that show a whole-file test's cases: how many passed, then each case that
+    did not pass, with why."""
+    for prop in case.iter("property"):
+        if prop.get("name") == "cases":
+            cases = json.loads(prop.get("value") or "[]")
+            break
+    else:
+        return []
+    passed = sum(1 for _, outcome, _ in cases if outcome == "passed")
+    lines = ["", f"  {passed} of {len(cases)} cases passed", ""]
+    for description, outcome, why in cases:
+        if outcome != "passed":
+            lines.append(f"  - {_escape(description)}: **{outcome}**: {_escape(why)}")
+    return [*lines, ""]
+
+
 def render(report: Path) -> list[str]:
     """The reStructuredText lines for ``report``."""
-    modules: dict[str, list[tuple[str, str, str]]] = defaultdict(list)
+    modules: dict[str, list[tuple[str, str, str, list[str]]]] = defaultdict(list)
     for case in ET.parse(report).getroot().iter("testcase"):
         module = (case.get("classname") or "").split(".")[-1]
         outcome, message = _outcome(case)
-        modules[f"tests/{module}.py"].append((case.get("name") or "?", outcome, message))
+        modules[f"tests/{module}.py"].append((case.get("name") or "?", outcome, message,
+                                              _file_cases(case)))
     lines = [".. list-table::", "   :header-rows: 1", "",
              "   * - Specification", "     - Test module", "     - Tests", "     - Passed",
              "     - Skipped", "     - Expected failures", "     - Failed"]
     for path, spec in SPEC_MODULES.items():
-        counts = Counter(outcome for _, outcome, _ in modules.get(path, []))
+        counts = Counter(outcome for _, outcome, _, _ in modules.get(path, []))
         lines += [f"   * - {spec}", f"     - ``{path}``", f"     - {sum(counts.values())}",
                   f"     - {counts['passed']}", f"     - {counts['skipped']}",
                   f"     - {counts['expected failure']}",
@@ -86,9 +114,11 @@ def render(report: Path) -> list[str]:
         if not cases:
             lines += ["No test of this module ran.", ""]
             continue
-        for name, outcome, message in cases:
+        for name, outcome, message, file_cases in cases:
             detail = f": {message}" if message else ""
             lines.append(f"- ``{name}``: **{outcome}**{_escape(detail)}")
+            if outcome != "skipped":  # a skipped file's message names its cases already
+                lines += file_cases
         lines.append("")
     return lines
 

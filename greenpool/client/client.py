@@ -27,6 +27,8 @@ What it owns:
   ready after a successful check and clears it after a failed one
   (interrupting in-use connections if the check timed out). In
   load-balanced mode there is no monitor and the pool is ready at once;
+* for a ``mongodb+srv://`` name, its SRV records polled while the topology
+  is Unknown or Sharded (mongos discovery), the servers following them;
 * server selection by read preference (writes and primary reads: the
   primary, a mongos, the one server of a direct connection), waiting
   serverSelectionTimeoutMS at most while no server suits;
@@ -78,20 +80,33 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import gevent
+from bson.codec_options import CodecOptions
 from pymongo import monitoring as _m
 from pymongo.errors import AutoReconnect, InvalidOperation, NetworkTimeout
+from pymongo.read_concern import ReadConcern
 from pymongo.read_preferences import _ServerMode
 from pymongo.server_type import SERVER_TYPE
 from pymongo.topology_description import TOPOLOGY_TYPE, TopologyDescription
+from pymongo.write_concern import WriteConcern
 
 from greenpool.address import Address, format_address
 from greenpool.client import readpref
+from greenpool.client.codecs import check_codec_options
 from greenpool.client.commands import CommandPublisher
+from greenpool.client.concern import (
+    check_read_concern,
+    check_write_concern,
+    write_concern_field,
+)
 from greenpool.client.cursor import Cursor
+from greenpool.client.database import CACHED_NAMES, Database, Defaults
+from greenpool.client.findcursor import CommandCursor
+from greenpool.client.inert import warn_inert_options
 from greenpool.client.operations import Operations
 from greenpool.client.retries import has_write_stage
 from greenpool.client.server import Server
 from greenpool.client.session import Session
+from greenpool.client.srvpoll import SrvPoller
 from greenpool.client.timeouts import MinRoundTrip, check_seconds, current
 from greenpool.client.topology import Topology
 from greenpool.client.uri import ClientSettings, parse_uri
@@ -142,6 +157,17 @@ class Client:
         checked out for longer, once per checkout (see :class:`greenpool.Pool`).
         greenpool's own setting, never a connection string option.
 
+    :param codec_keywords: PyMongo's codec options for the collection API
+        (``document_class``, ``tz_aware``, ``tzinfo``, ``uuidRepresentation``,
+        ``type_registry``, ``datetime_conversion``,
+        ``unicode_decode_error_handler``; see :mod:`greenpool.client.codecs`).
+
+    The collection API is PyMongo's: ``client["shop"]`` or ``client.shop`` is
+    a :class:`~greenpool.client.database.Database`, whose collections have
+    PyMongo's CRUD methods (:class:`~greenpool.client.collection.Collection`),
+    with the URI's write concern (w, wTimeoutMS, journal), read concern
+    (readConcernLevel) and readPreference.
+
     :raises greenpool.ConfigurationError: a bad URI, or one that asks for
         what this Client does not do (an authentication mechanism other than
         SCRAM).
@@ -149,9 +175,11 @@ class Client:
 
     def __init__(self, uri: str, *, event_listeners: Iterable[object] = (),
                  acquire_sites: bool | None = None,
-                 long_hold_threshold: float | None = None) -> None:
+                 long_hold_threshold: float | None = None, **codec_keywords: Any) -> None:
         settings = parse_uri(uri)
         self.settings = settings
+        self._defaults = Defaults(settings, codec_keywords)
+        warn_inert_options(settings)
         listeners = _check_listeners(event_listeners)
         self._link_options = link_options(settings)
         pool_listeners = [x for x in listeners if isinstance(x, _m.ConnectionPoolListener)]
@@ -177,6 +205,11 @@ class Client:
         monitor_options = _monitor_link_options(self._link_options)
         self.topology.open(lambda server: _LinkChecker(server.address, monitor_options,
                                                        server.min_round_trip))
+        if settings.srv_host is not None and not settings.load_balanced:
+            # SRV polling (mongos discovery): the poller applies srvMaxHosts.
+            self.topology.poll_srv(SrvPoller.for_settings(
+                settings, current_hosts=lambda: list(self.topology.servers),
+                on_hosts=self.topology.srv_hosts_changed))
 
     @property
     def load_balanced(self) -> bool:
@@ -425,10 +458,107 @@ class Client:
         """
         ops = self._operations
         ops.check_open()
-        session = Session(ops, default_timeout=check_seconds("default_timeout",
-                                                             default_timeout))
+        session = Session(ops, default_timeout=check_seconds("default_timeout", default_timeout),
+                          write_concern=write_concern_field(self._defaults.write_concern))
         ops.session_started(session)
         return session
+
+    # -- the collection API (PyMongo's) -----------------------------------------------------
+
+    @property
+    def codec_options(self) -> CodecOptions[Any]:
+        """The codec options the client's databases inherit."""
+        return self._defaults.codec_options
+
+    @property
+    def read_preference(self) -> _ServerMode:
+        """The read preference the client's databases inherit (the URI's)."""
+        return self._defaults.read_preference
+
+    @property
+    def write_concern(self) -> WriteConcern:
+        """The write concern the client's databases inherit (the URI's)."""
+        return self._defaults.write_concern
+
+    @property
+    def read_concern(self) -> ReadConcern:
+        """The read concern the client's databases inherit (the URI's)."""
+        return self._defaults.read_concern
+
+    def get_database(self, name: str | None = None,
+                     codec_options: CodecOptions[Any] | None = None,
+                     read_preference: ReadPreferenceLike | None = None,
+                     write_concern: WriteConcern | None = None,
+                     read_concern: ReadConcern | None = None) -> Database:
+        """The database ``name`` (the URI's database when None), with the
+        client's options unless given."""
+        if name is None:
+            name = self.settings.database
+            if name is None:
+                raise ConfigurationError("no database name given, and the connection string "
+                                         "names none (mongodb://host/DATABASE)")
+        defaults = self._defaults
+        return Database(self, name, self._operations,
+                        codec_options=check_codec_options(codec_options,
+                                                          default=defaults.codec_options),
+                        read_preference=(defaults.read_preference if read_preference is None
+                                         else readpref.coerce(read_preference)),
+                        write_concern=check_write_concern(write_concern,
+                                                          default=defaults.write_concern),
+                        read_concern=check_read_concern(read_concern,
+                                                        default=defaults.read_concern))
+
+    def get_default_database(self, default: str | None = None,
+                             **options: Any) -> Database:
+        """The URI's database, else ``default``."""
+        return self.get_database(self.settings.database or default, **options)
+
+    def __getitem__(self, name: str) -> Database:
+        cached = self._defaults.databases
+        database = cached.get(name)
+        if database is None:
+            database = self.get_database(name)
+            if len(cached) < CACHED_NAMES:
+                cached[name] = database
+        return database
+
+    def __getattr__(self, name: str) -> Database:
+        if name.startswith("_"):
+            raise AttributeError(
+                f"Client has no attribute {name!r}; for the database {name!r} use "
+                f"client[{name!r}]")
+        return self[name]
+
+    def list_database_names(self, session: Session | None = None,
+                            comment: Any = None) -> list[str]:
+        """The names of the server's databases."""
+        command: dict[str, Any] = {"listDatabases": 1, "nameOnly": True}
+        if comment is not None:
+            command["comment"] = comment
+        reply = self.command("admin", command, session=session)
+        return [each["name"] for each in reply["databases"]]
+
+    def list_databases(self, session: Session | None = None, comment: Any = None,
+                       **kwargs: Any) -> CommandCursor:
+        """A cursor over the server's database descriptions (listDatabases's
+        fields, such as ``nameOnly`` or ``filter``, as keywords)."""
+        command: dict[str, Any] = {"listDatabases": 1, **kwargs}
+        if comment is not None:
+            command["comment"] = comment
+        reply = self.command("admin", command, session=session)
+        return CommandCursor(None, iter(reply["databases"]))
+
+    def drop_database(self, name_or_database: str | Database,
+                      session: Session | None = None, comment: Any = None) -> None:
+        """Drop a database, with the client's write concern."""
+        name = (name_or_database.name if isinstance(name_or_database, Database)
+                else name_or_database)
+        if not isinstance(name, str):
+            raise TypeError(f"name_or_database must be a database name or a Database, "
+                            f"not {name_or_database!r}")
+        self.get_database(name).command(
+            _with_write_concern({"dropDatabase": 1}, self._defaults.write_concern, session),
+            session=session, comment=comment)
 
     # -- closing --------------------------------------------------------------------------
 
@@ -630,6 +760,14 @@ def _check_listeners(listeners: Iterable[object]) -> list[object]:
 def _may_use_secondary(command: Mapping[str, Any]) -> bool:
     name = next(iter(command))
     return name == "find" or (name == "aggregate" and not has_write_stage(command))
+
+
+def _with_write_concern(command: dict[str, Any], write_concern: WriteConcern,
+                        session: Session | None) -> dict[str, Any]:
+    field = write_concern_field(write_concern)
+    if field is not None and not (session is not None and session.in_transaction):
+        command["writeConcern"] = field
+    return command
 
 
 def _check_retry(retry: object) -> None:

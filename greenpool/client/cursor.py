@@ -25,6 +25,9 @@ rather than interleaving two requests on one connection.
 A cursor that is dropped without being closed is closed in a new greenlet
 (killCursors, and its pinned connection checked in).
 
+A getMore the server refuses ends the cursor, as PyMongo's does: it is
+closed, with killCursors unless the error says the server no longer has it.
+
 Retries. The opening command is retried as :meth:`greenpool.Client.command`
 would retry it (a retryable read, or ``retry=True``), on a connection and an
 implicit session taken afresh; a ``getMore`` is retried only after a
@@ -53,9 +56,10 @@ from pymongo.errors import ConnectionFailure, InvalidOperation, OperationFailure
 from pymongo.read_preferences import _ServerMode
 
 from greenpool.client.readpref import PRIMARY
-from greenpool.client.retries import has_write_stage
+from greenpool.client.retries import error_code, has_write_stage
 from greenpool.client.timeouts import Deadline, check_seconds
 from greenpool.pool.connection import Connection, Purpose
+from greenpool.wire.messages import Outgoing
 
 if TYPE_CHECKING:
     from greenpool.address import Address
@@ -65,6 +69,9 @@ if TYPE_CHECKING:
 
 __all__ = ["Cursor"]
 
+# Errors that say the server no longer has the cursor: CursorNotFound,
+# QueryPlanKilled, CursorKilled (no killCursors for them).
+_CURSOR_GONE = frozenset({43, 175, 237})
 #: The CSOT spec's timeoutMode values.
 CURSOR_LIFETIME = "cursorLifetime"
 ITERATION = "iteration"
@@ -103,6 +110,9 @@ class Cursor:
         #: Whether a command of this cursor failed other than by the server's
         #: refusal (network error, kill): its implicit session is not reused.
         self._lsid_dirty = False
+        #: The opening command's codec options, which its getMores' replies
+        #: decode with too (the collection API's; None: the default).
+        self._codec_options = command.codec_options if type(command) is Outgoing else None
         deadline = operations.deadline(timeout, session)
         self._mode = _timeout_mode(command, timeout_mode, deadline)
         #: The deadline of the cursor's lifetime (cursorLifetime mode), or the
@@ -144,20 +154,37 @@ class Cursor:
 
     def __next__(self) -> dict[str, Any]:
         with self._exclusive():
-            # Buffered documents come back even after the time is up; only
-            # a getMore needs time (the CSOT spec).
-            deadline = self._deadline
-            fresh = self._mode == ITERATION
-            while not self._buffer:
-                if self._id == 0 or self._closed:
-                    self._release()
-                    raise StopIteration
-                if fresh and deadline is not None:
-                    # Iteration mode: each next() call gets the original limit anew.
-                    deadline = Deadline.after(deadline.limit)
-                    fresh = False
-                self._get_more(deadline)
+            if not self._buffer and not self._fill():
+                raise StopIteration
             return self._buffer.popleft()
+
+    def next_batch(self) -> list[dict[str, Any]]:
+        """Every document buffered now, or, with none buffered, the next
+        batch from the server; an empty list at the end. One call per batch
+        rather than per document: for callers that drain the cursor."""
+        with self._exclusive():
+            if not self._buffer and not self._fill():
+                return []
+            batch = list(self._buffer)
+            self._buffer.clear()
+            return batch
+
+    def _fill(self) -> bool:
+        """Fetch batches until one has documents; False at the end (the
+        pinned connection released). Buffered documents come back even after
+        the time is up; only a getMore needs time (the CSOT spec)."""
+        deadline = self._deadline
+        fresh = self._mode == ITERATION
+        while not self._buffer:
+            if self._id == 0 or self._closed:
+                self._release()
+                return False
+            if fresh and deadline is not None:
+                # Iteration mode: each call gets the original limit anew.
+                deadline = Deadline.after(deadline.limit)
+                fresh = False
+            self._get_more(deadline)
+        return True
 
     def close(self, *, timeout: float | None = None) -> None:
         """Kill the server cursor if it is still open; release the connection.
@@ -250,10 +277,22 @@ class Cursor:
 
     def _get_more(self, deadline: Deadline | None) -> None:
         command: dict[str, Any] = {"getMore": self._id, "collection": self._collection}
+        if self._codec_options is not None:
+            command = Outgoing(command)
+            command.codec_options = self._codec_options
         if self._batch_size:
             command["batchSize"] = self._batch_size
         try:
             self._more(command, deadline)
+        except OperationFailure as error:
+            if error.timeout:
+                raise
+            # Refused: the cursor ends here, as PyMongo's does; close() kills
+            # it on the server unless the error says the server has.
+            if error_code(error) in _CURSOR_GONE:
+                self._id = 0
+            self.close()
+            raise
         except ConnectionFailure as error:
             if error.timeout and deadline is not None and self._conn is None:
                 # Out of time: the server cursor still lives, and close()

@@ -33,7 +33,7 @@ import gevent
 from greenpool.errors import ConfigurationError
 from greenpool.wire.offload import offload
 
-__all__ = ["srv_records", "txt_records"]
+__all__ = ["srv_lookup", "srv_records", "txt_records"]
 
 
 def srv_records(
@@ -47,8 +47,17 @@ def srv_records(
     none, when the name does not exist, or when the lookup fails or runs out
     of time.
     """
-    answer = _resolve(name, "SRV", timeout, deadline, missing_ok=False)
-    return [(record.target.to_text(omit_final_dot=True), int(record.port)) for record in answer]
+    return srv_lookup(name, timeout=timeout, deadline=deadline)[0]
+
+
+def srv_lookup(
+    name: str, *, timeout: float | None, deadline: float | None = None
+) -> tuple[list[tuple[str, int]], int]:
+    """:func:`srv_records`, and how long the answer may be kept: the records'
+    time to live in seconds (the lowest, when they differ)."""
+    records, ttl = _resolve(name, "SRV", timeout, deadline, missing_ok=False)
+    return [(record.target.to_text(omit_final_dot=True), int(record.port))
+            for record in records], ttl
 
 
 def txt_records(name: str, *, timeout: float | None, deadline: float | None = None) -> list[str]:
@@ -56,19 +65,20 @@ def txt_records(name: str, *, timeout: float | None, deadline: float | None = No
     the name has no TXT record or does not exist. ``timeout`` and ``deadline``
     bound the lookup as for :func:`srv_records`; a failed or timed-out lookup
     raises :class:`~greenpool.ConfigurationError`."""
-    answer = _resolve(name, "TXT", timeout, deadline, missing_ok=True)
-    return [b"".join(record.strings).decode("utf-8", "replace") for record in answer]
+    records, _ = _resolve(name, "TXT", timeout, deadline, missing_ok=True)
+    return [b"".join(record.strings).decode("utf-8", "replace") for record in records]
 
 
 def _resolve(
     name: str, rdtype: str, timeout: float | None, deadline: float | None, *, missing_ok: bool
-) -> list[Any]:
+) -> tuple[list[Any], int]:
+    """The records of ``rdtype`` for ``name``, and their time to live."""
     limit, by_deadline = _limit(timeout, deadline)
     try:
         return _in_threadpool(name, rdtype, limit)
     except (dns.resolver.NXDOMAIN, dns.resolver.NoAnswer):
         if missing_ok:
-            return []
+            return [], 0
         raise ConfigurationError(f"no {rdtype} records for {name!r}: the DNS name "
                                  "does not exist or has none") from None
     except (dns.exception.Timeout, _OutOfTime):
@@ -94,7 +104,7 @@ def _limit(timeout: float | None, deadline: float | None) -> tuple[float | None,
     return timeout, False
 
 
-def _in_threadpool(name: str, rdtype: str, limit: float | None) -> list[Any]:
+def _in_threadpool(name: str, rdtype: str, limit: float | None) -> tuple[list[Any], int]:
     """``dns.resolver.resolve`` in the hub's threadpool, waited for at most
     ``limit`` seconds (the wait for a free thread included)."""
     if limit is not None and limit <= 0:
@@ -113,6 +123,7 @@ class _OutOfTime(Exception):
     """The caller's time limit ran out before dnspython's did."""
 
 
-def _query(name: str, rdtype: str, lifetime: float | None) -> list[Any]:
+def _query(name: str, rdtype: str, lifetime: float | None) -> tuple[list[Any], int]:
     # Looked up at call time, in the worker thread: a test's stand-in answers too.
-    return list(dns.resolver.resolve(name, rdtype, lifetime=lifetime))
+    answer = dns.resolver.resolve(name, rdtype, lifetime=lifetime)
+    return list(answer), int(answer.rrset.ttl) if answer.rrset is not None else 0

@@ -402,12 +402,11 @@ class Operations:
         return self._send_with_events(conn, link, dbname, command, session, round_trip)
 
     def _gossip(self, reply: Mapping[str, Any], session: SessionLike | None) -> None:
-        """A reply's ``$clusterTime`` advances the client's and the session's."""
-        cluster_time = reply.get("$clusterTime")
-        if isinstance(cluster_time, Mapping):
-            self.topology.advance_cluster_time(cluster_time)
-            if session is not None:
-                session.advance_cluster_time(cluster_time)
+        """A reply's ``$clusterTime`` advances the client's and the session's
+        (one that is not a well-formed cluster time is not kept)."""
+        cluster_time = reply["$clusterTime"]
+        if self.topology.advance_cluster_time(cluster_time) and session is not None:
+            session.advance_cluster_time(cluster_time)
 
     def _failed(self, error: PyMongoError, conn: Connection[Link],
                 session: SessionLike | None, name: str) -> None:

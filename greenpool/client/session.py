@@ -36,7 +36,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from bson.binary import UUID_SUBTYPE, Binary
 from bson.timestamp import Timestamp
-from pymongo.errors import ConnectionFailure, InvalidOperation, OperationFailure, PyMongoError
+from pymongo.errors import (
+    ConfigurationError,
+    ConnectionFailure,
+    InvalidOperation,
+    OperationFailure,
+    PyMongoError,
+)
 
 from greenpool.client.timeouts import Deadline, check_seconds, resolve
 
@@ -77,8 +83,12 @@ class Session:
     """
 
     def __init__(self, operations: Operations, *,
-                 default_timeout: float | None = None) -> None:
+                 default_timeout: float | None = None,
+                 write_concern: Mapping[str, Any] | None = None) -> None:
         self._operations = operations
+        #: The writeConcern document a commit or abort carries (the client's;
+        #: None: the server's default), as the Transactions spec says.
+        self.write_concern = write_concern
         #: defaultTimeoutMS in seconds (None: the client's timeoutMS applies).
         self.default_timeout = default_timeout
         # The with_transaction call's deadline, which every operation in the
@@ -136,6 +146,10 @@ class Session:
         self._check_not_ended()
         if self.in_transaction:
             raise InvalidOperation("Transaction already in progress")
+        if self.write_concern is not None and self.write_concern.get("w") == 0:
+            raise ConfigurationError(
+                f"a transaction cannot run with an unacknowledged write concern "
+                f"({dict(self.write_concern)!r}): its commit must be acknowledged")
         self._unpin()
         self.txn_number += 1
         self.state = TransactionState.STARTING
@@ -188,7 +202,9 @@ class Session:
         # Committing again (COMMITTED) is allowed: it retries the commit.
         command: dict[str, Any] = {"commitTransaction": 1}
         if self._commit_attempts:
-            command["writeConcern"] = _RETRY_COMMIT_WRITE_CONCERN
+            command["writeConcern"] = self._retry_write_concern()
+        elif self.write_concern is not None:
+            command["writeConcern"] = dict(self.write_concern)
         self._commit_attempts += 1
         deadline = self._finishing_deadline(timeout)
         try:
@@ -218,8 +234,11 @@ class Session:
         self.state = TransactionState.ABORTED
         try:
             if state is TransactionState.IN_PROGRESS:
+                command: dict[str, Any] = {"abortTransaction": 1}
+                if self.write_concern is not None:
+                    command["writeConcern"] = dict(self.write_concern)
                 with contextlib.suppress(PyMongoError):
-                    self._run_finishing({"abortTransaction": 1}, deadline)
+                    self._run_finishing(command, deadline)
         finally:
             self._unpin()  # even after a kill mid-abort: the link is broken then
 
@@ -354,9 +373,15 @@ class Session:
                 raise  # no time left to retry in
             self._unpin()
             if "commitTransaction" in command:
-                command["writeConcern"] = _RETRY_COMMIT_WRITE_CONCERN
+                command["writeConcern"] = self._retry_write_concern()
             command.pop("maxTimeMS", None)  # the retry computes its own
             self._operations.run_in_session(self, "admin", command, deadline)
+
+    def _retry_write_concern(self) -> dict[str, Any]:
+        """A retried commit's write concern: majority, so that the retry cannot
+        apply twice, keeping the rest of the transaction's (wtimeout 10 s if
+        it has none), as the Transactions spec says."""
+        return {**_RETRY_COMMIT_WRITE_CONCERN, **(self.write_concern or {}), "w": "majority"}
 
     def _unpin(self) -> None:
         self.pinned_address = None

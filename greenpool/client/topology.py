@@ -18,6 +18,12 @@ are PyMongo's classes, delivered to PyMongo's ``TopologyListener``,
 ``ServerListener`` and ``ServerHeartbeatListener`` objects, so existing SDAM
 listeners work.
 
+A mongodb+srv:// name is polled (:mod:`greenpool.client.srvpoll`) while the
+topology is Unknown or Sharded: a poll's hosts replace those its records no
+longer name, through the same opening and closing of servers
+(:meth:`Topology.srv_hosts_changed`); the poller stops once discovery finds
+another type.
+
 Each outcome is applied whole before any event goes out (the description, the
 servers, the pools made ready, the removed servers closed), so a listener that
 yields sees a consistent topology. The events follow in the spec's order: the
@@ -45,6 +51,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from bson.objectid import ObjectId
+from bson.timestamp import Timestamp
 from pymongo import monitoring as _m
 from pymongo.errors import AutoReconnect, ServerSelectionTimeoutError
 from pymongo.hello import Hello
@@ -60,6 +67,7 @@ from greenpool.client.readpref import PRIMARY, PRIMARY_ALONE
 from greenpool.client.sdam import IGNORE, ErrorContext, Phase, Verdict, check_failed, judge
 from greenpool.client.selection import pick, select_servers
 from greenpool.client.server import Server
+from greenpool.client.srvpoll import SrvPoller
 from greenpool.client.topologylog import log_event
 from greenpool.errors import ConfigurationError
 from greenpool.pool.connection import Connection
@@ -123,6 +131,8 @@ class Topology:
         self._departed: dict[Address, str] = {}
         # Selections waiting for the next check to complete (Server Selection spec).
         self._checks: WaitQueue[bool] = WaitQueue()
+        # A mongodb+srv:// name's poller, while polling applies (poll_srv).
+        self._srv_poller: SrvPoller | None = None
         self._closed = False
 
     @property
@@ -190,6 +200,9 @@ class Topology:
             return
         self._closed = True
         servers = list(self._servers.values())
+        poller, self._srv_poller = self._srv_poller, None
+        if poller is not None:
+            poller.stop()
         for server in servers:
             if server.monitor is not None:
                 server.monitor.stop()
@@ -298,7 +311,7 @@ class Topology:
         reply, parsed): describe it, resume its pool if it suits operations."""
         if self._closed:
             return
-        self._receive_cluster_time(description.cluster_time)
+        self.advance_cluster_time(description.cluster_time)
         self._apply(server, description)
         self._checks.deliver_all(True)
 
@@ -346,20 +359,23 @@ class Topology:
         phase = Phase.AUTHENTICATE if handshake_completed(error) else Phase.CONNECT
         self.handle_error(error, phase, conn)
 
-    def advance_cluster_time(self, cluster_time: Mapping[str, Any] | None) -> None:
-        """A reply's ``$clusterTime``: kept if newer than the highest seen."""
-        self._receive_cluster_time(cluster_time)
-
-    def _receive_cluster_time(self, cluster_time: object) -> None:
-        if not isinstance(cluster_time, Mapping):
-            return
-        current = self.cluster_time
+    def advance_cluster_time(self, cluster_time: Any) -> bool:
+        """A reply's ``$clusterTime``: kept if later than the highest seen.
+        Whether it is a well-formed one (a document whose ``clusterTime`` is a
+        Timestamp): anything a server sends can be wrong, and a malformed one
+        is never kept nor sent."""
         try:
-            if current is None or cluster_time["clusterTime"] > current["clusterTime"]:
-                self.cluster_time = cluster_time
-        except (KeyError, TypeError):
-            # Anything a server sends can be wrong: a malformed one is not kept.
-            pass
+            stamp = cluster_time["clusterTime"]
+        except (KeyError, TypeError, IndexError):
+            return False
+        if not isinstance(stamp, Timestamp):
+            return False
+        current = self.cluster_time
+        if current is None or stamp > current["clusterTime"]:
+            if not isinstance(cluster_time, Mapping):
+                return False
+            self.cluster_time = cluster_time
+        return True
 
     def _act(self, server: Server, verdict: Verdict, error: Exception,
              service_id: ObjectId | None) -> None:
@@ -382,6 +398,19 @@ class Topology:
                 server.monitor.cancel_check()
 
     # -- descriptions and events ------------------------------------------------------------
+
+    @property
+    def srv_poller(self) -> SrvPoller | None:
+        """The mongodb+srv:// name's poller while polling applies, else None."""
+        return self._srv_poller
+
+    def poll_srv(self, poller: SrvPoller) -> None:
+        """Poll a mongodb+srv:// name with ``poller`` (its ``on_hosts`` calls
+        :meth:`srv_hosts_changed`) while the topology is Unknown or Sharded: the
+        topology stops it once discovery finds another type, and at close."""
+        if self.polls_srv:
+            self._srv_poller = poller
+            poller.start()
 
     def srv_hosts_changed(self, hosts: Sequence[Address], srv_max_hosts: int = 0) -> None:
         """An SRV poll found ``hosts`` (the poller's ``on_hosts``): in an
@@ -488,6 +517,10 @@ class Topology:
             server.plain_primary_reads = not direct or described.server_type in PRIMARY_ALONE
         self._incompatible = discovery.compatibility_error(new)
         self.session_timeout_minutes = discovery.session_timeout_minutes(new)
+        if self._srv_poller is not None and new.topology_type not in discovery.SRV_POLLING:
+            # The polling spec: never rescan for a replica set or a direct connection.
+            poller, self._srv_poller = self._srv_poller, None
+            poller.stop()
         if self._incompatible is not None:
             self.primary_server = None
             return

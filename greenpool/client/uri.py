@@ -15,8 +15,9 @@ A connection string is read in this module's order:
 3. each option through the option table (:data:`_OPTIONS`), which converts the
    value and says what it accepts. Option names are case-insensitive. A bad
    value of a known option, and an unknown option, are warned about and
-   ignored, as the URI Options spec says; a bad credential or TLS file option
-   raises, since going on without it would connect differently;
+   ignored, as the URI Options spec says; a bad credential, TLS file, read or
+   write concern option raises, since going on without it would connect, read
+   or write differently;
 4. for ``mongodb+srv://``, the SRV and TXT records (looked up through
    :mod:`greenpool.client.dns`) and the seedlist rules;
 5. the rules across options (:func:`_check_combinations`);
@@ -64,8 +65,8 @@ from greenpool.errors import ConfigurationError
 from greenpool.pool.options import PoolOptions
 
 __all__ = [
-    "ClientSettings", "Credentials", "InvalidURIError", "Secret", "parse_uri", "redact_uri",
-    "uri_secrets",
+    "ClientSettings", "Credentials", "InvalidURIError", "Secret", "in_srv_domain", "parse_uri",
+    "redact_uri", "srv_domain", "uri_secrets",
 ]
 
 _SCHEMES: Final = ("mongodb://", "mongodb+srv://")
@@ -463,10 +464,13 @@ _OPTIONS: Final = _table(
                                       "secondaryPreferred", "nearest")),
     _Option("readPreferenceTags", _tag_set, repeats=True),
     _Option("maxStalenessSeconds", _max_staleness),
-    _Option("readConcernLevel", _nonempty("a read concern level")),
-    _Option("w", _write_concern),
-    _Option("wTimeoutMS", _integer(0)),
-    _Option("journal", _boolean),
+    # A bad read or write concern raises: going on without it would read or
+    # acknowledge writes other than as asked (the Read and Write Concern spec
+    # calls such a connection string invalid).
+    _Option("readConcernLevel", _nonempty("a read concern level"), strict=True),
+    _Option("w", _write_concern, strict=True),
+    _Option("wTimeoutMS", _integer(0), strict=True),
+    _Option("journal", _boolean, strict=True),
     _Option("uuidRepresentation", _choice("unspecified", "standard", "pythonLegacy",
                                           "javaLegacy", "csharpLegacy")),
     # Authentication
@@ -657,17 +661,29 @@ def _shown(name: str, value: str) -> str:
     return repr(value)
 
 
-def _check_srv_target(host: str, target: str) -> None:
-    """The seedlist rule: an SRV target lies in the SRV host's domain, that is
-    the host without its first label, or, for a host of one or two labels,
-    below the host itself (the "." before the domain keeps the host out)."""
+def srv_domain(host: str) -> str:
+    """The domain a mongodb+srv:// host's servers must lie in: the host
+    without its first label, or, for a host of one or two labels, the host
+    itself (Initial DNS Seedlist Discovery).
+
+    >>> srv_domain("cluster0.example.com"), srv_domain("mongo.local")
+    ('example.com', 'mongo.local')
+    """
     labels = host.lower().split(".")
-    domain = ".".join(labels[1:]) if len(labels) >= 3 else host.lower()
-    if target.endswith("." + domain):
-        return
-    raise ConfigurationError(
-        f"the SRV record of {host} points to {target}, which is not in {host}'s domain "
-        f"({domain}); a mongodb+srv:// host's servers must be")
+    return ".".join(labels[1:]) if len(labels) >= 3 else host.lower()
+
+
+def in_srv_domain(host: str, target: str) -> bool:
+    """Whether an SRV record of ``host`` may point to ``target``: below
+    :func:`srv_domain` (the "." before the domain keeps the host itself out)."""
+    return target.lower().endswith("." + srv_domain(host))
+
+
+def _check_srv_target(host: str, target: str) -> None:
+    if not in_srv_domain(host, target):
+        raise ConfigurationError(
+            f"the SRV record of {host} points to {target}, which is not in {host}'s domain "
+            f"({srv_domain(host)}); a mongodb+srv:// host's servers must be")
 
 
 # --- 5. the rules across options ------------------------------------------------------
@@ -721,6 +737,9 @@ def _check_combinations(
     if value("srvmaxhosts", 0) > 0 and given("replicaset"):
         fail(f"{written('srvmaxhosts')} cannot be given with {written('replicaset')} "
              "(srvMaxHosts=0 can)")
+    if value("w") == 0 and value("journal"):
+        fail(f"{written('w')} and {written('journal')} conflict: an unacknowledged write "
+             "(w=0) cannot wait for the journal")
     mode = value("readpreference", "primary")
     tags = [t for t in value("readpreferencetags", ()) if t]
     if mode == "primary" and (tags or value("maxstalenessseconds", -1) != -1):

@@ -13,6 +13,15 @@ zlib, zstd and snappy release the GIL while they work, so other greenlets run
 meanwhile, where inline a large message would hold the hub (zlib takes tens of
 milliseconds per megabyte).
 
+Decompression is bounded by the size the message declares (which the caller
+has bounded already, see :mod:`greenpool.wire.messages`): zlib and zstd inflate
+in slices of :data:`SLICE` bytes and stop, refusing the reply, as soon as the
+output passes the declared size, so a bomb (a few megabytes that would inflate
+to gigabytes) costs at most the declared size; the worker thread holds the GIL
+for a slice at a time at most, so the hub runs meanwhile. Snappy's format
+cannot produce more than the length it starts with, which must equal the
+declared size; it is inflated in one call, bounded by that length.
+
 What must not: message framing. OP_COMPRESSED's header and prefix are
 :mod:`greenpool.wire.messages`' job; this module sees only payload bytes. It
 imports nothing of greenpool but :mod:`greenpool.errors` and
@@ -35,6 +44,7 @@ __all__ = [
     "COMPRESSOR_IDS",
     "NO_COMPRESSION",
     "OFF_HUB_SIZE",
+    "SLICE",
     "Compressor",
     "compressor_available",
     "decompress",
@@ -53,6 +63,10 @@ _PACKAGES = {"snappy": "python-snappy", "zstd": "zstandard"}
 #: decompressed in gevent's threadpool; below it the hop to a thread would
 #: cost about as much as the work (zlib: about 5 ms at this size).
 OFF_HUB_SIZE = 128 * 1024
+
+#: Decompression takes its input, and gives its output, this many bytes at a
+#: time: each slice holds the GIL for a moment only (copying it out).
+SLICE = 256 * 1024
 
 #: Commands the compression spec forbids compressing (lowercased first key):
 #: the handshake and everything that carries credentials.
@@ -211,7 +225,8 @@ def _snappy_declared_length(data: bytes) -> int:
 
 
 def _inflate_snappy(data: bytes, size: int) -> bytes:
-    # Check the declared size first: python-snappy allocates whatever it says.
+    # The declared length first: python-snappy allocates whatever it says, and
+    # the format cannot produce more than it says.
     declared = _snappy_declared_length(data)
     if declared != size:
         raise ProtocolError(f"snappy data declares {declared} bytes; the message declared {size}")
@@ -220,11 +235,18 @@ def _inflate_snappy(data: bytes, size: int) -> bytes:
 
 def _inflate_zlib(data: bytes, size: int) -> bytes:
     inflater = zlib.decompressobj()
-    # Bounded, so a small bomb cannot allocate more than the declared size.
-    result = inflater.decompress(data, size + 1)
-    if len(result) == size and not (inflater.eof and not inflater.unused_data):
+    output = _Output("zlib", size)
+    view = memoryview(data)
+    position = 0  # how much of data the inflater has taken
+    while position < len(data) and not inflater.eof:
+        pending: bytes | memoryview = view[position : position + SLICE]
+        position += len(pending)
+        while pending and not inflater.eof:
+            output.add(inflater.decompress(pending, output.room()))
+            pending = inflater.unconsumed_tail
+    if not inflater.eof or inflater.unused_data or position < len(data):
         raise ProtocolError("zlib stream is truncated or followed by extra bytes")
-    return result
+    return output.joined()
 
 
 def _inflate_zstd(data: bytes, size: int) -> bytes:
@@ -232,8 +254,46 @@ def _inflate_zstd(data: bytes, size: int) -> bytes:
     declared = zstd.frame_content_size(data)
     if declared not in (-1, size):  # -1: the frame does not say
         raise ProtocolError(f"zstd frame declares {declared} bytes; the message declared {size}")
-    # A bounded read: decompress() would trust the frame's own size instead.
-    return bytes(zstd.ZstdDecompressor().stream_reader(data).read(size + 1))
+    # Bounded reads: decompress() would trust the frame's own size instead.
+    reader = zstd.ZstdDecompressor().stream_reader(data, read_size=SLICE)
+    output = _Output("zstd", size)
+    while piece := reader.read(output.room()):
+        output.add(piece)
+    return output.joined()
+
+
+class _Output:
+    """What an inflater gave so far, in slices, refused as soon as it passes
+    the declared size.
+
+    Slices rather than one growing buffer: growing a large buffer can copy it
+    whole, holding the GIL (and so the hub) all the while; joining the slices
+    at the end does not hold it (``bytes.join`` lets go of the GIL for large
+    results), and a bomb is refused before any join.
+    """
+
+    __slots__ = ("_name", "_size", "_slices", "_total")
+
+    def __init__(self, name: str, size: int) -> None:
+        self._name = name
+        self._size = size
+        self._slices: list[bytes] = []
+        self._total = 0
+
+    def room(self) -> int:
+        """How much to inflate next: a slice, or one byte past the declared
+        size at most (enough to tell that the data holds more than it declared)."""
+        return min(SLICE, self._size + 1 - self._total)
+
+    def add(self, piece: bytes) -> None:
+        self._slices.append(piece)
+        self._total += len(piece)
+        if self._total > self._size:
+            raise ProtocolError(f"OP_COMPRESSED {self._name} data inflates past the "
+                                f"{self._size} bytes the message declared")
+
+    def joined(self) -> bytes:
+        return b"".join(self._slices)
 
 
 _INFLATERS: Mapping[str, Callable[[bytes, int], bytes]] = {
@@ -247,8 +307,9 @@ _INFLATERS: Mapping[str, Callable[[bytes, int], bytes]] = {
 def decompress(compressor_id: int, data: bytes, size: int) -> bytes:
     """OP_COMPRESSED's payload ``data``, inflated by the compressor ``compressor_id``
     names to exactly ``size`` bytes (the size the message declared, already
-    bounded by the caller); :class:`ProtocolError` for anything else. In
-    gevent's threadpool from :data:`OFF_HUB_SIZE` bytes."""
+    bounded by the caller); :class:`ProtocolError` for anything else, raised
+    as soon as the output passes ``size``. In gevent's threadpool when the data
+    or its declared size is :data:`OFF_HUB_SIZE` bytes or more."""
     name = _COMPRESSOR_NAMES.get(compressor_id)
     if name is None:
         raise ProtocolError(f"OP_COMPRESSED has an unknown compressor id {compressor_id}")
@@ -256,7 +317,8 @@ def decompress(compressor_id: int, data: bytes, size: int) -> bytes:
         raise ProtocolError(f"OP_COMPRESSED uses {name}, but {_PACKAGES[name]} is not installed")
     inflate = _INFLATERS[name]
     try:
-        if size >= OFF_HUB_SIZE and name != "noop":
+        # A large input costs time too, even when it declares little.
+        if max(size, len(data)) >= OFF_HUB_SIZE and name != "noop":
             result = offload(inflate, data, size)
         else:
             result = inflate(data, size)

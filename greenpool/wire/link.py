@@ -57,6 +57,7 @@ import weakref
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
+from bson.codec_options import CodecOptions
 from bson.objectid import ObjectId
 from pymongo.errors import AutoReconnect, NetworkTimeout
 
@@ -76,10 +77,13 @@ from greenpool.wire.messages import (
     DEFAULT_MAX_MESSAGE_SIZE,
     HEADER_SIZE,
     Message,
+    Outgoing,
     decode_message,
     decode_reply,
     encode_command,
+    encode_outgoing,
     encode_query,
+    message_size_limit,
     parse_header,
     parse_reply_header,
 )
@@ -213,7 +217,9 @@ class Link:
 
     @property
     def max_message_size(self) -> int:
-        """The server's ``maxMessageSizeBytes`` (the server's default before the handshake)."""
+        """The largest message sent or accepted: the server's ``maxMessageSizeBytes``
+        (the server's default before the handshake), bounded by
+        :data:`~greenpool.wire.messages.MAX_MESSAGE_SIZE_CEILING`."""
         return self._max_message_size
 
     @property
@@ -274,7 +280,8 @@ class Link:
             self.close()
             raise
         self._hello = reply
-        self._max_message_size = int(reply.get("maxMessageSizeBytes", DEFAULT_MAX_MESSAGE_SIZE))
+        self._max_message_size = message_size_limit(
+            int(reply.get("maxMessageSizeBytes", DEFAULT_MAX_MESSAGE_SIZE)))
         self._compressor = negotiate_compressor(
             options.compressors, reply.get("compression"), zlib_level=options.zlib_compression_level
         )
@@ -334,7 +341,12 @@ class Link:
 
         Raises ``RuntimeError`` if another greenlet is using the link, or
         replies to the last request are still coming; nothing is sent then.
+
+        An :class:`~greenpool.wire.messages.Outgoing` command goes as its
+        options say (codec options, a document sequence, no reply for w=0).
         """
+        if type(command) is Outgoing:
+            return self._command_outgoing(db, command, timeout, request_id)
         self._check_usable()
         # Compressing a large message yields (it runs in gevent's threadpool):
         # the link is taken meanwhile. Nothing is sent yet, so an error or a
@@ -350,6 +362,31 @@ class Link:
         read = self._read_stream_start if exhaust_allowed else self._read_message
         message = self._round_trip(request_id, data, timeout, read)
         return check_reply(message.document)
+
+    def _command_outgoing(self, db: str, command: Outgoing, timeout: float | None,
+                          request_id: int | None) -> dict[str, Any]:
+        """:meth:`command` for an :class:`~greenpool.wire.messages.Outgoing`."""
+        self._check_usable()
+        self._busy = True  # as in command: nothing is sent while encoding
+        try:
+            request_id, data = encode_outgoing(
+                command, db, request_id=request_id, compressor=self._compressor,
+                max_message_size=self._max_message_size,
+                max_bson_size=self._hello.get("maxBsonObjectSize") if self._hello else None)
+        finally:
+            self._busy = False
+        if command.unacknowledged:
+            # moreToCome: the server sends no reply, so none is read.
+            with self._exchange(timeout) as deadline:
+                self._send(data, deadline)
+            return {"ok": 1}
+        codec_options = command.codec_options
+
+        def read(answering: int, deadline: float | None) -> dict[str, Any]:
+            return self._read_decoded(answering, deadline, codec_options)
+
+        reply = command.reply = self._round_trip(request_id, data, timeout, read)
+        return check_reply(reply, raise_write_concern_error=not reply.get("writeErrors"))
 
     def receive(self, *, timeout: float | None = None) -> dict[str, Any]:
         """Read the next reply of a ``moreToCome`` stream (see :attr:`more_to_come`).
@@ -511,6 +548,24 @@ class Link:
             )
         self._more_to_come = (request_id, message.request_id) if message.more_to_come else None
         return message
+
+    def _read_decoded(self, request_id: int, deadline: float | None,
+                      codec_options: CodecOptions[Any]) -> dict[str, Any]:
+        """The reply to ``request_id`` (not a stream), decoded with
+        ``codec_options``; checked as :meth:`_read_op_msg` checks one."""
+        limit = self._max_message_size
+        header = parse_header(self._recv_exactly(HEADER_SIZE, deadline), max_message_size=limit)
+        body = self._recv_exactly(header.length - HEADER_SIZE, deadline)
+        message = decode_message(header, body, max_message_size=limit,
+                                 codec_options=codec_options)
+        self._spoke_mongodb = True
+        _check_response_to(message.response_to, (request_id,))
+        check_reply_fields(message.document)
+        if message.more_to_come:
+            raise ProtocolError(
+                "the server flagged its reply moreToCome (more replies follow) although the "
+                "request did not allow exhaust")
+        return message.document
 
     def _read_legacy_reply(self, response_to: int, deadline: float | None) -> dict[str, Any]:
         limit = self._max_message_size

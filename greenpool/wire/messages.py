@@ -21,14 +21,15 @@ What must not: sockets and I/O (:mod:`greenpool.wire.link`), the compressors
 themselves (:mod:`greenpool.wire.compression`; OP_COMPRESSED's framing is
 here, its payload is theirs), and what a reply means
 (:mod:`greenpool.wire.replies`). It imports nothing of greenpool but
-:mod:`greenpool.errors` and :mod:`greenpool.wire.compression`.
+:mod:`greenpool.errors`, :mod:`greenpool.wire.compression` and
+:mod:`greenpool._compiled` (mypyc's class options).
 """
 
 from __future__ import annotations
 
 import itertools
 import struct
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,14 +38,17 @@ from bson.codec_options import DEFAULT_CODEC_OPTIONS, CodecOptions
 from bson.errors import InvalidBSON
 from pymongo.errors import DocumentTooLarge, InvalidName
 
+from greenpool._compiled import mypyc_attr
 from greenpool.errors import ProtocolError, caused_by
 from greenpool.wire.compression import Compressor, decompress, may_compress
 
 __all__ = [
     "CHECKSUM_PRESENT",
+    "COMMAND_OVERHEAD",
     "DEFAULT_MAX_MESSAGE_SIZE",
     "EXHAUST_ALLOWED",
     "HEADER_SIZE",
+    "MAX_MESSAGE_SIZE_CEILING",
     "MORE_TO_COME",
     "OP_COMPRESSED",
     "OP_MSG",
@@ -54,11 +58,14 @@ __all__ = [
     "LegacyReply",
     "Message",
     "MessageHeader",
+    "Outgoing",
     "check_database_name",
     "decode_message",
     "decode_reply",
     "encode_command",
+    "encode_outgoing",
     "encode_query",
+    "message_size_limit",
     "next_request_id",
     "pack_header",
     "parse_header",
@@ -72,6 +79,12 @@ OP_MSG = 2013
 HEADER_SIZE = 16
 #: The server's default ``maxMessageSizeBytes``; use the hello reply's value once known.
 DEFAULT_MAX_MESSAGE_SIZE = 48_000_000
+#: The largest message greenpool sends or accepts, whatever a hello claims: every
+#: MongoDB release advertises 48,000,000 bytes, and a reply holds one document of
+#: at most maxBsonObjectSize (16 MiB) besides its framing. The headroom allows a
+#: compatible server's larger claim; the bound keeps a hostile or broken one from
+#: making one reply cost gigabytes (a compressed reply inflates to at most this).
+MAX_MESSAGE_SIZE_CEILING = 64 * 1024 * 1024
 
 # OP_MSG flag bits. Bits 0-15 are "required": a parser must refuse any it does
 # not know. Bits 16-31 are optional and may be ignored.
@@ -97,6 +110,18 @@ _request_ids = itertools.count()
 def next_request_id() -> int:
     """A fresh requestID: positive, and wrapping within int32."""
     return next(_request_ids) % _INT32_MAX + 1
+
+
+def message_size_limit(claimed: int) -> int:
+    """The maximum message size to use with a server whose hello claims
+    ``claimed`` (its ``maxMessageSizeBytes``): the claim, but never more than
+    :data:`MAX_MESSAGE_SIZE_CEILING`, since a hello's limits are the server's
+    word too.
+
+    >>> message_size_limit(48_000_000), message_size_limit(2**31 - 1)
+    (48000000, 67108864)
+    """
+    return min(claimed, MAX_MESSAGE_SIZE_CEILING)
 
 
 # -- header --------------------------------------------------------------------------------
@@ -268,6 +293,84 @@ def _check_size(name: str, length: int, max_message_size: int) -> None:
         raise DocumentTooLarge(
             f"command {name!r} is {length} bytes, over the maximum message size {max_message_size}"
         )
+
+
+# -- OP_MSG with options: codecs, a document sequence, no reply --------------------------
+
+#: What a command may add around a document of maxBsonObjectSize (PyMongo's figure).
+COMMAND_OVERHEAD = 16_382
+
+
+@mypyc_attr(native_class=False)  # compiled, still a dict whose instances take attributes
+class Outgoing(dict[str, Any]):
+    """A command document that says how it goes on the wire, for the
+    collection API: what :meth:`greenpool.wire.link.Link.command` does with
+    a plain ``dict`` (the command API's path) it does here with
+    ``codec_options`` (encoding the command, decoding the reply), and
+
+    * ``sequence``: the field (``documents``, ``updates``, ``deletes``) whose
+      documents go as an OP_MSG document sequence (payload type 1), already
+      encoded (``encoded``); the field itself keeps the documents as given,
+      for command events;
+    * ``unacknowledged``: sent with moreToCome (w=0); no reply is read, and
+      the link answers ``{"ok": 1}``;
+    * ``reply``: set by the link to the last reply it read for the command,
+      so that a caller that caught the reply's error (a writeConcernError,
+      raised when the reply has no writeErrors, as PyMongo raises it) still
+      has its counts (a bulk write's batch).
+    """
+
+    # Class-level defaults: a command that needs none of these options costs
+    # no more to make than a dict (instances set only what differs).
+    codec_options: CodecOptions[Any] = DEFAULT_CODEC_OPTIONS
+    sequence: str | None = None
+    encoded: Sequence[bytes] = ()
+    unacknowledged = False
+    reply: dict[str, Any] | None = None
+
+
+def encode_outgoing(
+    command: Outgoing,
+    db: str,
+    *,
+    request_id: int | None = None,
+    compressor: Compressor | None = None,
+    max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+    max_bson_size: int | None = None,
+) -> tuple[int, bytes]:
+    """Encode ``command`` as one OP_MSG as its options say (see
+    :class:`Outgoing`): the body with the command's codec options, then its
+    document sequence if it has one; moreToCome if unacknowledged. Size,
+    compression and errors are as for :func:`encode_command`; besides, a
+    body over ``max_bson_size`` (the server's maxBsonObjectSize) and the room
+    a command may add to it raises :class:`pymongo.errors.DocumentTooLarge`,
+    as PyMongo refuses one, before anything is sent."""
+    if not command:
+        raise ValueError("a command needs at least one field: its name")
+    name = next(iter(command))
+    field = command.sequence
+    body_fields = {key: value for key, value in command.items() if key != field}
+    body_fields["$db"] = db
+    document = bson.encode(body_fields, codec_options=command.codec_options)
+    if max_bson_size is not None and len(document) > max_bson_size + COMMAND_OVERHEAD:
+        raise DocumentTooLarge(
+            f"command {name!r} is {len(document)} bytes, over the server's limit of "
+            f"{max_bson_size + COMMAND_OVERHEAD} (maxBsonObjectSize and a command's room)")
+    parts = [_UINT32.pack(MORE_TO_COME if command.unacknowledged else 0), b"\x00", document]
+    if field is not None:
+        identifier = field.encode() + b"\x00"
+        payload = b"".join(command.encoded)
+        parts += [b"\x01", _INT32.pack(_INT32.size + len(identifier) + len(payload)),
+                  identifier, payload]
+    body = b"".join(parts)
+    _check_size(name, HEADER_SIZE + len(body), max_message_size)
+    if request_id is None:
+        request_id = next_request_id()
+    if compressor is None or not may_compress(name):
+        return request_id, pack_header(HEADER_SIZE + len(body), request_id, 0, OP_MSG) + body
+    message = _wrap(OP_MSG, body, compressor, request_id)
+    _check_size(name, len(message), max_message_size)
+    return request_id, message
 
 
 def decode_message(
