@@ -45,6 +45,9 @@ def main() -> None:
     parser.add_argument("--replset", action="store_true",
                         help="the server presents a one-node replica set, which the Client "
                              "discovers (topology ReplicaSetWithPrimary, cluster time gossiped)")
+    parser.add_argument("--direct", action="store_true",
+                        help="connect with directConnection=true (with --replset: the member "
+                             "as a single server, topology Single)")
     args = parser.parse_args()
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) >= 2:
@@ -82,7 +85,8 @@ def profile(uri: str, args: argparse.Namespace) -> None:
     listeners = [(EveryMethod if args.all_methods else Listener)()] if args.listener else []
     per = args.ops // args.greenlets
     total = per * args.greenlets
-    with Client(f"{uri}{'&' if '?' in uri else '?'}maxPoolSize=10",
+    options = "maxPoolSize=10" + ("&directConnection=true" if args.direct else "")
+    with Client(f"{uri}{'&' if '?' in uri else '?'}{options}",
                 event_listeners=listeners) as client:
         def worker(count: int = per) -> None:
             for _ in range(count):
@@ -116,6 +120,8 @@ def profile(uri: str, args: argparse.Namespace) -> None:
     what = "the floor (10 raw links)" if args.floor else f"{args.greenlets} greenlets"
     listener = ("all 11 methods" if args.all_methods else "1 method") if args.listener else "none"
     deployment = "a one-node replica set" if args.replset else "a standalone"
+    if args.direct:
+        deployment += ", directly"
     print(f"{what}, {total} pings to {deployment}, listener: {listener}; "
           f"CPU{'' if args.plain else ' under the profiler'} {1e6 * cpu / total:.1f} µs/op\n")
     if args.plain:
