@@ -57,7 +57,9 @@ import weakref
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
+import gevent
 from bson.objectid import ObjectId
+from gevent.hub import get_hub
 from pymongo.errors import AutoReconnect, NetworkTimeout
 
 from greenpool.address import Address, format_address, parse_address
@@ -89,6 +91,8 @@ from greenpool.wire.sockets import EstablishmentTimedOut, open_socket
 __all__ = ["Link", "LinkOptions"]
 
 _R = TypeVar("_R")
+# libev's event mask for "readable".
+_READ = 1
 
 
 class _PeerClosed(Exception):
@@ -108,7 +112,7 @@ class Link:
     __slots__ = (
         "_broken", "_busy", "_closed", "_compressor", "_connection", "_hello", "_interrupted",
         "_max_message_size", "_more_to_come", "_sock", "_speculative", "_spoke_mongodb",
-        "address", "options",
+        "_waiting", "address", "options",
     )
 
     def __init__(
@@ -138,6 +142,8 @@ class Link:
         # the last reply's id (the next reply answers one of them).
         self._more_to_come: tuple[int, int] | None = None
         self._speculative: ScramConversation | None = None
+        # The watcher of a wait_readable() in progress, which close() cancels.
+        self._waiting: Any = None
         # A well-formed MongoDB message came back: whatever fails after that,
         # the peer is a MongoDB server (or speaks like one).
         self._spoke_mongodb = False
@@ -365,6 +371,64 @@ class Link:
                 request_id, (last_reply_id, request_id), deadline, stream=True)
         return check_reply(message.document)
 
+    # -- streams waited for in the background ------------------------------------------------
+
+    def start_stream(self, db: str, command: Mapping[str, Any], *,
+                     timeout: float | None = None) -> None:
+        """Send ``command`` on database ``db`` with exhaustAllowed, without
+        reading a reply: :attr:`more_to_come` is true from now on, and each
+        reply (the first included) is read with :meth:`receive`, after
+        :meth:`wait_readable` if the wait must not hold the hub.
+
+        ``timeout`` bounds the send (default: the options' ``socket_timeout``).
+        Raises as :meth:`command` does; a failed send breaks the link.
+        """
+        self._check_usable()
+        self._busy = True  # compressing may yield; nothing is sent yet
+        try:
+            request_id, data = encode_command(
+                command, db, exhaust_allowed=True, compressor=self._compressor,
+                max_message_size=self._max_message_size,
+            )
+        finally:
+            self._busy = False
+        with self._exchange(timeout) as deadline:
+            self._send(data, deadline)
+        # The first reply answers the request itself.
+        self._more_to_come = (request_id, request_id)
+
+    def wait_readable(self, *, timeout: float | None = None) -> None:
+        """Wait until the server has sent something (or closed the
+        connection), at most ``timeout`` (default: the options'
+        ``socket_timeout``); nothing is read.
+
+        For a reader that waits long and must decide between the wait and
+        the read, as the streaming monitor does (a forked child must not
+        read its parent's stream). The wait holds no reference on gevent's
+        loop, so a greenlet waiting here never keeps ``Hub.join()`` (or the
+        end of a program) waiting; :meth:`close` ends it at once. Running out
+        of time raises :class:`pymongo.errors.NetworkTimeout` and breaks the
+        link, as a timed out read would.
+        """
+        self._check_idle()
+        with self._exchange(timeout) as deadline:
+            self._wait_readable(deadline)
+
+    def _wait_readable(self, deadline: float | None) -> None:
+        sock = self._sock
+        pending = getattr(sock, "pending", None)
+        if pending is not None and pending():
+            return  # TLS bytes already decrypted: the socket itself may stay quiet
+        hub = get_hub()
+        watcher = hub.loop.io(sock.fileno(), _READ, ref=False)
+        self._waiting = watcher
+        try:
+            with gevent.Timeout(_remaining(deadline), TimeoutError("timed out"), ref=False):
+                hub.wait(watcher)
+        finally:
+            self._waiting = None
+            watcher.close()
+
     def _legacy_command(self, db: str, command: Mapping[str, Any]) -> dict[str, Any]:
         self._check_usable()
         request_id, data = encode_query(command, db, max_message_size=self._max_message_size)
@@ -542,7 +606,14 @@ class Link:
         if self._closed:
             return
         self._closed = True
-        self._sock.close()
+        waiting = self._waiting
+        if waiting is None:
+            self._sock.close()
+            return
+        # A wait_readable() in progress: wake it, and close the descriptor
+        # only after its watcher, as gevent's own sockets do.
+        get_hub().cancel_waits_close_and_then(
+            [waiting], ConnectionAbortedError("the link was closed"), self._sock.close)
 
     def __repr__(self) -> str:
         state = "broken" if self._broken else "closed" if self._closed else "open"
