@@ -40,7 +40,7 @@ from greenpool import Client, Pool
 from greenpool._compiled import compiled
 from greenpool.cli.check import EXIT_CODES
 from greenpool.cli.check import main as check_main
-from greenpool.client import client as client_module
+from greenpool.client import checker as checker_module
 from greenpool.client import monitor as monitor_module
 from greenpool.client import topology as topology_module
 from greenpool.client.uri import parse_uri, redact_uri, uri_secrets
@@ -280,8 +280,8 @@ _CHECK_STEPS = [
     (topology_module.Topology, "check_succeeded", True),
     (topology_module.Topology, "_change_server", True),
     (Pool, "ready", True),
-    (client_module._LinkChecker, "check", True),
-    (client_module._LinkChecker, "__init__", True),
+    (checker_module.LinkChecker, "check", True),
+    (checker_module.LinkChecker, "__init__", True),
     (monitor_module.Monitor, "_check_once", False),
 ]
 
@@ -330,7 +330,7 @@ def test_a_failure_while_reporting_a_failed_check_never_kills_the_monitor(
         assert client.command("admin", {"ping": 1}) == {"ok": 1.0}
         monitor = client.topology.monitor
         assert monitor is not None
-        check = _one_shot(monkeypatch, client_module._LinkChecker, "check")
+        check = _one_shot(monkeypatch, checker_module.LinkChecker, "check")
         report = _one_shot(monkeypatch, owner, name)
         monitor.request_check()
         wait_for(lambda: check and report)

@@ -53,33 +53,33 @@ nothing of this module.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import gevent
 from pymongo import monitoring as _m
-from pymongo.errors import AutoReconnect, InvalidOperation, NetworkTimeout
+from pymongo.errors import InvalidOperation, NetworkTimeout
 from pymongo.read_preferences import _ServerMode
 
 from greenpool.address import Address, format_address
 from greenpool.client import readpref
+from greenpool.client.checker import LinkChecker, monitor_link_options
 from greenpool.client.commands import CommandPublisher
 from greenpool.client.cursor import Cursor
 from greenpool.client.operations import Operations
 from greenpool.client.retries import has_write_stage
+from greenpool.client.roundtrips import RoundTrips
 from greenpool.client.session import Session
 from greenpool.client.timeouts import MinRoundTrip, check_seconds, current
 from greenpool.client.topology import Topology
 from greenpool.client.uri import ClientSettings, parse_uri
-from greenpool.errors import ConfigurationError, ProtocolError
+from greenpool.errors import ConfigurationError
 from greenpool.pool.connection import Connection, PoolStats
 from greenpool.pool.holds import PoolReport
 from greenpool.pool.pool import Pool
 from greenpool.wire.auth import MECHANISMS as LINK_MECHANISMS
 from greenpool.wire.auth import Credentials as LinkCredentials
-from greenpool.wire.connector import connect, make_connector
-from greenpool.wire.handshake import check_hello_fields
+from greenpool.wire.connector import make_connector
 from greenpool.wire.link import Link, LinkOptions
 from greenpool.wire.messages import check_database_name
 
@@ -148,10 +148,11 @@ class Client:
             self.pool, self.topology, CommandPublisher(listeners), self._min_round_trip,
             timeout=settings.timeout, retry_reads=settings.retry_reads,
             retry_writes=settings.retry_writes)
-        monitor_options = _monitor_link_options(self._link_options)
+        monitor_options = monitor_link_options(self._link_options)
         self.topology.open(None if settings.load_balanced
-                           else lambda: _LinkChecker(self.address, monitor_options,
-                                                     self._min_round_trip))
+                           else lambda: LinkChecker(self.address, monitor_options),
+                           monitoring_mode=settings.server_monitoring_mode,
+                           round_trips=RoundTrips(self._min_round_trip))
 
     @property
     def load_balanced(self) -> bool:
@@ -394,42 +395,6 @@ class Client:
             raise InvalidOperation("the session was started by another client")
 
 
-class _LinkChecker:
-    """The monitor's connection: the handshake is the first check, then hello."""
-
-    def __init__(self, address: Address, options: LinkOptions,
-                 min_round_trip: MinRoundTrip | None = None) -> None:
-        self._address = address
-        self._options = options
-        self._link: Link | None = None
-        # Each check's round trip feeds the minimum that maxTimeMS allows for.
-        self._min_round_trip = min_round_trip or MinRoundTrip()
-
-    def check(self) -> tuple[dict[str, Any], float]:
-        started = time.perf_counter()
-        if self._link is None:
-            self._min_round_trip.reset()  # a new connection: SDAM starts over
-            self._link = connect(self._address, self._options)
-            assert self._link.hello is not None
-            elapsed = time.perf_counter() - started
-            self._min_round_trip.add(elapsed)
-            return dict(self._link.hello), elapsed
-        reply = self._link.command("admin", {"hello": 1})
-        try:
-            check_hello_fields(reply)  # as the handshake's reply was
-        except ProtocolError as exc:
-            self.close()
-            raise AutoReconnect(f"{format_address(self._address)}: {exc}") from exc
-        elapsed = time.perf_counter() - started
-        self._min_round_trip.add(elapsed)
-        return reply, elapsed
-
-    def close(self) -> None:
-        link, self._link = self._link, None
-        if link is not None:
-            link.close()
-
-
 # -- settings -----------------------------------------------------------------------------
 
 
@@ -488,14 +453,6 @@ def _bounded_connector(
             return connector(conn)
 
     return bounded
-
-
-def _monitor_link_options(options: LinkOptions) -> LinkOptions:
-    # SDAM: monitors do not authenticate or compress, and use
-    # connectTimeoutMS as their socket timeout.
-    return LinkOptions(connect_timeout=options.connect_timeout,
-                       socket_timeout=options.connect_timeout,
-                       ssl_context=options.ssl_context, app_name=options.app_name)
 
 
 def _credentials(settings: ClientSettings) -> LinkCredentials | None:

@@ -41,6 +41,7 @@ from pymongo.topology_description import TOPOLOGY_TYPE, TopologyDescription
 from greenpool.address import Address, format_address
 from greenpool.client.monitor import Checker, Monitor
 from greenpool.client.readpref import PRIMARY_ALONE
+from greenpool.client.roundtrips import RoundTrips
 from greenpool.client.sdam import (
     ErrorContext,
     Phase,
@@ -119,9 +120,11 @@ class Topology:
 
     # -- opening and closing --------------------------------------------------------
 
-    def open(self, make_checker: Callable[[], Checker] | None) -> None:
-        """Emit the opening events; start the monitor, or in load-balanced
-        mode describe the balancer and make the pool ready at once."""
+    def open(self, make_checker: Callable[[], Checker] | None, *, monitoring_mode: str = "auto",
+             round_trips: RoundTrips | None = None) -> None:
+        """Emit the opening events; start the monitor (serverMonitoringMode
+        ``monitoring_mode``, its round-trip times into ``round_trips``), or in
+        load-balanced mode describe the balancer and make the pool ready at once."""
         self.publish("opened", _m.TopologyOpenedEvent(self.topology_id))
         kind = TOPOLOGY_TYPE.LoadBalanced if self.load_balanced else TOPOLOGY_TYPE.Single
         self._change_topology(self._describe(kind, {self.address: self._server}))
@@ -136,7 +139,8 @@ class Topology:
             self.pool.ready()
         else:
             assert make_checker is not None
-            self.monitor = Monitor(self, make_checker)
+            self.monitor = Monitor(self, make_checker, mode=monitoring_mode,
+                                   round_trips=round_trips)
             self.monitor.start()
 
     def close(self) -> None:
