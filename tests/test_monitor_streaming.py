@@ -10,10 +10,8 @@ assert on events, requests and counts, not on elapsed time.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import gevent
@@ -29,7 +27,6 @@ from greenpool.client.monitor import Monitor, streaming_enabled
 from greenpool.client.roundtrips import RoundTrips
 from greenpool.wire.handshake import faas_platforms
 from greenpool.wire.link import LinkOptions
-from tests.cmap_runner import SPEC_DIR
 from tests.events import AllEvents
 from tests.fake_server import (
     EXHAUST_ALLOWED,
@@ -38,7 +35,6 @@ from tests.fake_server import (
     FakeServer,
     Request,
 )
-from tests.spec_files import MISSING_MARK
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -514,24 +510,3 @@ def test_round_trips_average_and_minimum() -> None:
     assert trips.minimum == 0.030  # of the last ten only
     trips.reset()
     assert (trips.average, trips.minimum) == (None, 0.0)
-
-
-RTT_FILES = sorted((SPEC_DIR / "server-selection" / "tests" / "rtt").glob("*.json"))
-
-
-def test_the_rtt_spec_files_are_there() -> None:
-    if not SPEC_DIR.exists():
-        pytest.skip(f"{MISSING_MARK}: {SPEC_DIR}")
-    assert len(RTT_FILES) == 7
-
-
-@pytest.mark.parametrize("path", RTT_FILES, ids=[p.stem for p in RTT_FILES])
-def test_rtt_spec(path: Path) -> None:
-    """server-selection/tests/rtt: the average after one more sample."""
-    case = json.loads(path.read_text())
-    trips = RoundTrips()
-    if case["avg_rtt_ms"] != "NULL":
-        trips.add(case["avg_rtt_ms"] / 1000)  # the first sample is the average
-    trips.add(case["new_rtt_ms"] / 1000)
-    assert trips.average is not None
-    assert trips.average * 1000 == pytest.approx(case["new_avg_rtt"])

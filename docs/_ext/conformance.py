@@ -34,6 +34,7 @@ SPEC_MODULES = {
     "tests/test_retryable_spec.py": "Retryable Reads and Retryable Writes (unified format)",
     "tests/test_cmap_logging.py": "CMAP logging (unified format) and prose tests",
     "tests/test_sdam_logging.py": "SDAM Logging and Monitoring (load-balanced, unified format)",
+    "tests/test_monitoring_spec.py": "Server Monitoring (unified format) and RTT averages",
 }
 
 

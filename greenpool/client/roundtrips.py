@@ -83,10 +83,6 @@ class RttMonitor:
         self._stopped = False
         self._pid = os.getpid()
 
-    @property
-    def running(self) -> bool:
-        return self._greenlet is not None
-
     def start(self) -> None:
         """Start measuring (once: later calls change nothing)."""
         if self._greenlet is None and not self._stopped:
