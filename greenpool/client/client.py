@@ -17,10 +17,12 @@ through many hosts are PyMongo's job; see :mod:`greenpool.pymongo`.
 What it owns:
 
 * one :class:`~greenpool.Pool` of :class:`~greenpool.wire.link.Link` connections;
-* a :class:`~greenpool.client.topology.Topology` whose monitor greenlet checks the
-  server with ``hello`` every heartbeatFrequencyMS on its own connection,
-  makes the pool ready after a successful check and clears it after a failed
-  one (interrupting in-use connections if the check timed out). In
+* a :class:`~greenpool.client.topology.Topology` whose monitor greenlet watches
+  the server on its own connection (streamed awaitable hellos where the server
+  supports them, else a ``hello`` every heartbeatFrequencyMS; see
+  :mod:`greenpool.client.monitor`), makes the pool ready after a successful
+  check and clears it after a failed one (interrupting in-use connections if
+  the check timed out). In
   load-balanced mode there is no monitor and the pool is ready at once;
 * the SDAM rules for application errors (:mod:`greenpool.client.sdam`): a network
   error, or a "not primary" / "node is recovering" error that calls for it,
@@ -101,8 +103,8 @@ class Client:
     :param uri: a ``mongodb://`` or ``mongodb+srv://`` connection string,
         with one host (or ``loadBalanced=true``). Pool options
         (maxPoolSize, minPoolSize, maxConnecting, maxIdleTimeMS,
-        waitQueueTimeoutMS), timeouts, TLS, credentials, appName, compressors
-        and heartbeatFrequencyMS come from it.
+        waitQueueTimeoutMS), timeouts, TLS, credentials, appName, compressors,
+        heartbeatFrequencyMS and serverMonitoringMode come from it.
     :param event_listeners: PyMongo listener objects: CommandListener,
         ConnectionPoolListener, ServerListener, ServerHeartbeatListener,
         TopologyListener.
