@@ -247,12 +247,12 @@ class Monitor:
                     with contextlib.suppress(Exception):
                         checker.close()
                 return None
-            description = self._describe(reply, awaited)
+            hello, description = self._describe(reply, awaited)
             server_id = reply.get("connectionId")
             if isinstance(server_id, int) and not isinstance(server_id, bool):
                 self._server_connection_id = ids["server_connection_id"] = server_id
             owner.publish("succeeded", _m.ServerHeartbeatSucceededEvent(
-                round_trip, Hello(reply, awaitable=awaited), owner.address, awaited), **ids)
+                round_trip, hello, owner.address, awaited), **ids)
             owner.check_succeeded(description)
         except Exception as error:
             if self._epoch != epoch or self._pid != os.getpid():
@@ -283,21 +283,22 @@ class Monitor:
         reply = checker.await_reply(self._topology_version or {}, frequency)
         return reply, time.monotonic() - started
 
-    def _describe(self, reply: dict[str, Any], awaited: bool) -> ServerDescription:
-        """The reply as a description, carrying the round-trip times; parsed
-        here, so that a reply PyMongo cannot parse (``me: 5``, a host
-        "db1:27017x") fails this check instead of the monitor."""
+    def _describe(self, reply: dict[str, Any],
+                  awaited: bool) -> tuple[Hello[dict[str, Any]], ServerDescription]:
+        """The reply parsed, and as a description carrying the round-trip
+        times; parsed here, so that a reply PyMongo cannot parse (``me: 5``,
+        a host "db1:27017x") fails this check instead of the monitor."""
         address = self._owner.address
         try:
-            description = ServerDescription(
-                address, Hello(reply, awaitable=awaited), self.round_trips.average,
-                min_round_trip_time=self.round_trips.minimum)
+            hello = Hello(reply, awaitable=awaited)
+            description = ServerDescription(address, hello, self.round_trips.average,
+                                            min_round_trip_time=self.round_trips.minimum)
             self._topology_version = description.topology_version
         except Exception as exc:
             raise ProtocolError(
                 f"{format_address(address)}: PyMongo cannot parse the hello "
                 f"reply: {exc!r}") from exc
-        return description
+        return hello, description
 
 
 def _is_network_error(error: BaseException | None) -> bool:
