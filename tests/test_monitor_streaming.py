@@ -16,6 +16,8 @@ from typing import Any
 
 import gevent
 import pytest
+from bson.int64 import Int64
+from bson.objectid import ObjectId
 from pymongo import monitoring as _m
 from pymongo.errors import AutoReconnect
 from pymongo.server_description import ServerDescription
@@ -215,6 +217,19 @@ def test_a_new_primary_is_learned_from_the_next_streamed_reply() -> None:
             assert events.of(_m.ServerHeartbeatSucceededEvent)[0].awaited
             assert len(hellos(server)) == sent_before
             assert client.topology.server.server_type == SERVER_TYPE.RSPrimary
+
+
+def test_a_server_that_answers_awaitable_hellos_at_once_cannot_make_the_monitor_spin() -> None:
+    """A topologyVersion in every hello, but no waiting (as no 4.4+ server
+    answers): the awaited checks come at most every minHeartbeatFrequencyMS."""
+    with FakeServer(hello={"topologyVersion": {"processId": ObjectId(),
+                                               "counter": Int64(0)}}) as server:
+        events = AllEvents()
+        with Client(uri(server), event_listeners=[events]):
+            events.wait_for(_m.ServerHeartbeatSucceededEvent, 2)
+            gevent.sleep(1.0)  # two more checks at most; a spinning monitor makes thousands
+            assert len(events.of(_m.ServerHeartbeatSucceededEvent)) <= 2 + 3
+            assert set(beats(events)[2:]) == {"started awaited", "succeeded awaited"}
 
 
 # -- the polling protocol -------------------------------------------------------------------

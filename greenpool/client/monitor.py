@@ -29,6 +29,7 @@ from greenpool._compiled import mypyc_attr
 from greenpool.address import Address, format_address
 from greenpool.client.checker import Checker
 from greenpool.client.roundtrips import RoundTrips, RttMonitor
+from greenpool.client.sdam import is_stale_description
 from greenpool.errors import ProtocolError
 from greenpool.pool.waitqueue import Alarm
 from greenpool.wire.handshake import faas_platforms
@@ -93,8 +94,10 @@ class Monitor:
     whose replies the server streams as its state changes, or every
     heartbeatFrequencyMS (maxAwaitTimeMS) when nothing does. Each reply is a
     check, reported at once; a reply without moreToCome is followed at once
-    by another awaitable hello. While it streams, an :class:`RttMonitor`
-    measures the round trip on a connection of its own.
+    by another awaitable hello. A server that answers sooner than
+    minHeartbeatFrequencyMS with nothing new (it does not await) is read at
+    most that often. While it streams, an :class:`RttMonitor` measures the
+    round trip on a connection of its own.
 
     Otherwise (polling) each check is a hello, and between checks it sleeps
     heartbeatFrequencyMS, or less when a check is requested: at once, but
@@ -123,6 +126,9 @@ class Monitor:
         self._checker: Checker | None = None
         # The last reply's topologyVersion: the streaming protocol sends it back.
         self._topology_version: Mapping[str, Any] | None = None
+        # The last check was awaited, yet came back sooner than
+        # minHeartbeatFrequencyMS with nothing new.
+        self._hurried = False
         self._alarm = Alarm()
         self._greenlet: gevent.Greenlet | None = None
         self._last_check = 0.0
@@ -204,12 +210,22 @@ class Monitor:
         if _is_network_error(failed) and was_known and not self._stopped:
             self._check_once(frequency)  # a network error on a known server: retry at once (SDAM)
         if self.streaming and not self._stopped:
-            # The streaming protocol: no sleep, the next reply is awaited now.
+            # The streaming protocol: no sleep, the next reply is awaited now;
+            # unless the server answered at once with nothing new, which a
+            # server that awaits does not do: paced, it cannot make the
+            # monitor spin.
             self._rtt.start()
+            if self._hurried:
+                self._keep_min_frequency()
             return
         self._alarm.sleep(frequency)
         # Requested checks may come early, but not sooner than
         # minHeartbeatFrequencyMS after the previous one ended.
+        self._keep_min_frequency()
+
+    def _keep_min_frequency(self) -> None:
+        """Sleep until minHeartbeatFrequencyMS after the previous check ended
+        (a requested check does not cut this short)."""
         while (early := MIN_HEARTBEAT_FREQUENCY - (time.monotonic() - self._last_check)) > 0:
             self._alarm.sleep(early)
 
@@ -234,6 +250,8 @@ class Monitor:
         started = time.monotonic()
         epoch = self._epoch
         checker = self._checker
+        known = self._topology_version
+        self._hurried = False
         try:
             owner.publish("started", _m.ServerHeartbeatStartedEvent(owner.address, awaited),
                           **ids)
@@ -248,6 +266,8 @@ class Monitor:
                         checker.close()
                 return None
             hello, description = self._describe(reply, awaited)
+            self._hurried = awaited and round_trip < MIN_HEARTBEAT_FREQUENCY and (
+                _nothing_new(known, description.topology_version))
             server_id = reply.get("connectionId")
             if isinstance(server_id, int) and not isinstance(server_id, bool):
                 self._server_connection_id = ids["server_connection_id"] = server_id
@@ -299,6 +319,10 @@ class Monitor:
                 f"{format_address(address)}: PyMongo cannot parse the hello "
                 f"reply: {exc!r}") from exc
         return hello, description
+
+
+def _nothing_new(known: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> bool:
+    return new == known or is_stale_description(known, new)
 
 
 def _is_network_error(error: BaseException | None) -> bool:
