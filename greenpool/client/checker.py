@@ -82,7 +82,8 @@ class LinkChecker:
 
     @property
     def more_to_come(self) -> bool:
-        return self._link is not None and self._link.more_to_come
+        link = self._link
+        return link is not None and link.more_to_come and not link.closed
 
     def check(self) -> tuple[dict[str, Any], float]:
         started = time.perf_counter()
