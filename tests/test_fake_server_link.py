@@ -503,6 +503,7 @@ def test_a_wait_for_a_stream_ends_at_once(how: str) -> None:
             worker.kill(block=False)
         else:
             getattr(link, how)()
+            assert link._sock.fileno() == -1  # closed now, not on the hub's next turn
         worker.join(timeout=5)
         assert worker.dead
         if how == "close":

@@ -57,9 +57,8 @@ import weakref
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
-import gevent
 from bson.objectid import ObjectId
-from gevent.hub import get_hub
+from gevent.hub import get_hub, getcurrent
 from pymongo.errors import AutoReconnect, NetworkTimeout
 
 from greenpool.address import Address, format_address, parse_address
@@ -142,8 +141,8 @@ class Link:
         # the last reply's id (the next reply answers one of them).
         self._more_to_come: tuple[int, int] | None = None
         self._speculative: ScramConversation | None = None
-        # The watcher of a wait_readable() in progress, which close() cancels.
-        self._waiting: Any = None
+        # The wait_readable() in progress, which close() ends.
+        self._waiting: _StreamWait | None = None
         # A well-formed MongoDB message came back: whatever fails after that,
         # the peer is a MongoDB server (or speaks like one).
         self._spoke_mongodb = False
@@ -419,15 +418,32 @@ class Link:
         pending = getattr(sock, "pending", None)
         if pending is not None and pending():
             return  # TLS bytes already decrypted: the socket itself may stay quiet
+        seconds = _remaining(deadline)
         hub = get_hub()
-        watcher = hub.loop.io(sock.fileno(), _READ, ref=False)
-        self._waiting = watcher
+        wait = _StreamWait(getcurrent(), hub.loop.io(sock.fileno(), _READ, ref=False),
+                           None if seconds is None else hub.loop.timer(seconds, ref=False))
+        self._waiting = wait
         try:
-            with gevent.Timeout(_remaining(deadline), TimeoutError("timed out"), ref=False):
-                hub.wait(watcher)
+            wait.watcher.start(self._wake, wait, _READABLE)
+            if wait.timer is not None:
+                wait.timer.start(self._wake, wait, _TIMED_OUT)
+            while True:
+                woken = hub.switch()
+                if type(woken) is tuple and woken[0] is wait:
+                    break
+            outcome = woken[1]
         finally:
             self._waiting = None
-            watcher.close()
+            wait.close()
+        if outcome is _TIMED_OUT:
+            raise TimeoutError("timed out")
+        if outcome is _CLOSED:
+            raise ConnectionAbortedError("the link was closed")
+
+    def _wake(self, wait: _StreamWait, outcome: object) -> None:
+        """In the hub: resume the greenlet of ``wait`` if it still waits."""
+        if self._waiting is wait:
+            wait.greenlet.switch((wait, outcome))
 
     def _legacy_command(self, db: str, command: Mapping[str, Any]) -> dict[str, Any]:
         self._check_usable()
@@ -606,18 +622,39 @@ class Link:
         if self._closed:
             return
         self._closed = True
-        waiting = self._waiting
-        if waiting is None:
-            self._sock.close()
-            return
-        # A wait_readable() in progress: wake it, and close the descriptor
-        # only after its watcher, as gevent's own sockets do.
-        get_hub().cancel_waits_close_and_then(
-            [waiting], ConnectionAbortedError("the link was closed"), self._sock.close)
+        wait = self._waiting
+        if wait is not None:
+            # A wait_readable() in progress: its watchers stop before the
+            # descriptor closes, and it wakes on the hub's next turn.
+            wait.close()
+            get_hub().loop.run_callback(self._wake, wait, _CLOSED)
+        self._sock.close()
 
     def __repr__(self) -> str:
         state = "broken" if self._broken else "closed" if self._closed else "open"
         return f"<greenpool.Link to {format_address(self.address)}, {state}>"
+
+
+# What wakes a wait_readable().
+_READABLE = object()
+_TIMED_OUT = object()
+_CLOSED = object()
+
+
+class _StreamWait:
+    """A wait_readable() in progress: the greenlet that waits and its watchers."""
+
+    __slots__ = ("greenlet", "timer", "watcher")
+
+    def __init__(self, greenlet: Any, watcher: Any, timer: Any) -> None:
+        self.greenlet = greenlet
+        self.watcher = watcher
+        self.timer = timer
+
+    def close(self) -> None:
+        self.watcher.close()
+        if self.timer is not None:
+            self.timer.close()
 
 
 def _remaining(deadline: float | None) -> float | None:
