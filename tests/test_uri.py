@@ -73,6 +73,7 @@ def test_defaults() -> None:
     assert settings.pool == PoolOptions()
     assert (settings.connect_timeout, settings.socket_timeout) == (20.0, None)
     assert settings.credentials is None and not settings.tls and not settings.load_balanced
+    assert settings.server_monitoring_mode == "auto"
     assert dict(settings.extra) == {}
 
 
@@ -84,8 +85,8 @@ def test_every_field(pki: Pki) -> None:
         "&connectTimeoutMS=5000&socketTimeoutMS=30000"
         f"&tls=true&tlsCAFile={option(pki.ca_file)}&tlsCertificateKeyFile={option(pki.client_file)}"
         f"&tlsCertificateKeyFilePassword={CLIENT_KEY_PASSWORD}&tlsAllowInvalidHostnames=true"
-        "&heartbeatFrequencyMS=2000&serverSelectionTimeoutMS=4000&replicaSet=rs0"
-        "&retryReads=false&retryWrites=false&readPreference=secondaryPreferred"
+        "&heartbeatFrequencyMS=2000&serverMonitoringMode=poll&serverSelectionTimeoutMS=4000"
+        "&replicaSet=rs0&retryReads=false&retryWrites=false&readPreference=secondaryPreferred"
         "&authSource=users&authMechanism=SCRAM-SHA-256&w=majority&readConcernLevel=local"
     )
     assert parse_quietly(uri) == ClientSettings(
@@ -105,6 +106,7 @@ def test_every_field(pki: Pki) -> None:
         tls_certificate_key_file_password=Secret(CLIENT_KEY_PASSWORD),
         tls_allow_invalid_hostnames=True,
         heartbeat_frequency=2.0,
+        server_monitoring_mode="poll",
         server_selection_timeout=4.0,
         replica_set="rs0",
         retry_reads=False,

@@ -47,6 +47,7 @@ SPEC_MODULES = {
     "tests/test_sdam_spec.py": "Server Discovery and Monitoring (rs, sharded, single, errors, "
                                "monitoring)",
     "tests/test_backpressure_spec.py": "Client Backpressure (unified format)",
+    "tests/test_monitoring_spec.py": "Server Monitoring (unified format) and RTT averages",
 }
 
 

@@ -22,8 +22,10 @@ What it owns:
 * a :class:`~greenpool.client.topology.Topology`: one
   :class:`~greenpool.client.server.Server` per address discovery finds, each
   with its :class:`~greenpool.Pool` of :class:`~greenpool.wire.link.Link`
-  connections and its monitor greenlet, which checks the server with
-  ``hello`` every heartbeatFrequencyMS on its own connection, makes the pool
+  connections and its monitor greenlet, which watches the server on its own
+  connection (streamed awaitable hellos where the server supports them, with
+  an RTT monitor on another connection, else a ``hello`` every
+  heartbeatFrequencyMS; see :mod:`greenpool.client.monitor`), makes the pool
   ready after a successful check and clears it after a failed one
   (interrupting in-use connections if the check timed out). In
   load-balanced mode there is no monitor and the pool is ready at once;
@@ -75,14 +77,13 @@ nothing of this module.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import gevent
 from bson.codec_options import CodecOptions
 from pymongo import monitoring as _m
-from pymongo.errors import AutoReconnect, InvalidOperation, NetworkTimeout
+from pymongo.errors import InvalidOperation, NetworkTimeout
 from pymongo.read_concern import ReadConcern
 from pymongo.read_preferences import _ServerMode
 from pymongo.server_type import SERVER_TYPE
@@ -91,6 +92,7 @@ from pymongo.write_concern import WriteConcern
 
 from greenpool.address import Address, format_address
 from greenpool.client import readpref
+from greenpool.client.checker import LinkChecker, monitor_link_options
 from greenpool.client.codecs import check_codec_options
 from greenpool.client.commands import CommandPublisher
 from greenpool.client.concern import (
@@ -107,17 +109,16 @@ from greenpool.client.retries import has_write_stage
 from greenpool.client.server import Server
 from greenpool.client.session import Session
 from greenpool.client.srvpoll import SrvPoller
-from greenpool.client.timeouts import MinRoundTrip, check_seconds, current
+from greenpool.client.timeouts import check_seconds, current
 from greenpool.client.topology import Topology
 from greenpool.client.uri import ClientSettings, parse_uri
-from greenpool.errors import ConfigurationError, ProtocolError
+from greenpool.errors import ConfigurationError
 from greenpool.pool.connection import Connection, PoolStats
 from greenpool.pool.holds import PoolReport
 from greenpool.pool.pool import Pool
 from greenpool.wire.auth import MECHANISMS as LINK_MECHANISMS
 from greenpool.wire.auth import Credentials as LinkCredentials
-from greenpool.wire.connector import connect, make_connector
-from greenpool.wire.handshake import check_hello_fields
+from greenpool.wire.connector import make_connector
 from greenpool.wire.link import Link, LinkOptions
 from greenpool.wire.messages import check_database_name
 
@@ -143,7 +144,8 @@ class Client:
         several, unless ``directConnection=true``) or ``loadBalanced=true``.
         Pool options (maxPoolSize, minPoolSize, maxConnecting, maxIdleTimeMS,
         waitQueueTimeoutMS; per server), timeouts, TLS, credentials, appName,
-        compressors, heartbeatFrequencyMS and localThresholdMS come from it.
+        compressors, heartbeatFrequencyMS, serverMonitoringMode and
+        localThresholdMS come from it.
     :param event_listeners: PyMongo listener objects: CommandListener,
         ConnectionPoolListener, ServerListener, ServerHeartbeatListener,
         TopologyListener.
@@ -202,9 +204,9 @@ class Client:
             self.topology, CommandPublisher(listeners), timeout=settings.timeout,
             retry_reads=settings.retry_reads, retry_writes=settings.retry_writes,
             max_adaptive_retries=settings.max_adaptive_retries)
-        monitor_options = _monitor_link_options(self._link_options)
-        self.topology.open(lambda server: _LinkChecker(server.address, monitor_options,
-                                                       server.min_round_trip))
+        monitor_options = monitor_link_options(self._link_options)
+        self.topology.open(lambda server: LinkChecker(server.address, monitor_options),
+                           monitoring_mode=settings.server_monitoring_mode)
         if settings.srv_host is not None and not settings.load_balanced:
             # SRV polling (mongos discovery): the poller applies srvMaxHosts.
             self.topology.poll_srv(SrvPoller.for_settings(
@@ -636,42 +638,6 @@ class Client:
             raise InvalidOperation("the session was started by another client")
 
 
-class _LinkChecker:
-    """The monitor's connection: the handshake is the first check, then hello."""
-
-    def __init__(self, address: Address, options: LinkOptions,
-                 min_round_trip: MinRoundTrip | None = None) -> None:
-        self._address = address
-        self._options = options
-        self._link: Link | None = None
-        # Each check's round trip feeds the minimum that maxTimeMS allows for.
-        self._min_round_trip = min_round_trip or MinRoundTrip()
-
-    def check(self) -> tuple[dict[str, Any], float]:
-        started = time.perf_counter()
-        if self._link is None:
-            self._min_round_trip.reset()  # a new connection: SDAM starts over
-            self._link = connect(self._address, self._options)
-            assert self._link.hello is not None
-            elapsed = time.perf_counter() - started
-            self._min_round_trip.add(elapsed)
-            return dict(self._link.hello), elapsed
-        reply = self._link.command("admin", {"hello": 1})
-        try:
-            check_hello_fields(reply)  # as the handshake's reply was
-        except ProtocolError as exc:
-            self.close()
-            raise AutoReconnect(f"{format_address(self._address)}: {exc}") from exc
-        elapsed = time.perf_counter() - started
-        self._min_round_trip.add(elapsed)
-        return reply, elapsed
-
-    def close(self) -> None:
-        link, self._link = self._link, None
-        if link is not None:
-            link.close()
-
-
 # -- settings -----------------------------------------------------------------------------
 
 
@@ -719,14 +685,6 @@ def _bounded_connector(
             return connector(conn)
 
     return bounded
-
-
-def _monitor_link_options(options: LinkOptions) -> LinkOptions:
-    # SDAM: monitors do not authenticate or compress, and use
-    # connectTimeoutMS as their socket timeout.
-    return LinkOptions(connect_timeout=options.connect_timeout,
-                       socket_timeout=options.connect_timeout,
-                       ssl_context=options.ssl_context, app_name=options.app_name)
 
 
 def _credentials(settings: ClientSettings) -> LinkCredentials | None:

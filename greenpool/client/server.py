@@ -16,6 +16,7 @@ from pymongo.server_description import ServerDescription
 
 from greenpool.address import Address
 from greenpool.client.monitor import Checker, Monitor
+from greenpool.client.roundtrips import RoundTrips
 from greenpool.client.timeouts import MinRoundTrip
 from greenpool.pool.pool import Pool
 
@@ -59,12 +60,20 @@ class Server:
         self.monitor: Monitor | None = None
         #: The minimum round trip of the monitor's last checks (maxTimeMS allows for it).
         self.min_round_trip = MinRoundTrip()
+        #: Its round-trip times (average and minimum), which its monitor measures
+        #: and its descriptions carry.
+        self.round_trips = RoundTrips(self.min_round_trip)
         self._owner = owner
 
-    def start(self, make_checker: Callable[[Server], Checker] | None) -> None:
-        """Start monitoring (unless ``make_checker`` is None: no monitor)."""
+    def start(self, make_checker: Callable[[Server], Checker] | None, *,
+              mode: str = "auto") -> None:
+        """Start monitoring (unless ``make_checker`` is None: no monitor), with
+        serverMonitoringMode ``mode``: streamed where the server supports it
+        and ``mode`` allows, polled otherwise (see
+        :class:`~greenpool.client.monitor.Monitor`)."""
         if make_checker is not None:
-            self.monitor = Monitor(self, lambda: make_checker(self))
+            self.monitor = Monitor(self, lambda: make_checker(self), mode=mode,
+                                   round_trips=self.round_trips)
             self.monitor.start()
 
     def close(self) -> None:

@@ -133,6 +133,8 @@ class ClientSettings:
     tls_allow_invalid_hostnames: bool = False
     tls_insecure: bool = False
     heartbeat_frequency: float = 10.0
+    #: serverMonitoringMode: "auto" (the default), "stream" or "poll".
+    server_monitoring_mode: str = "auto"
     server_selection_timeout: float = 30.0
     #: localThresholdMS: the latency window of server selection.
     local_threshold: float = 0.015

@@ -62,7 +62,7 @@ from pymongo.topology_description import TOPOLOGY_TYPE, TopologyDescription
 
 from greenpool.address import Address, format_address
 from greenpool.client import discovery
-from greenpool.client.monitor import Checker
+from greenpool.client.monitor import Checker, streaming_enabled
 from greenpool.client.readpref import PRIMARY, PRIMARY_ALONE
 from greenpool.client.sdam import IGNORE, ErrorContext, Phase, Verdict, check_failed, judge
 from greenpool.client.selection import pick, select_servers
@@ -115,6 +115,8 @@ class Topology:
         self._seeds = tuple(seeds)
         self._make_pool = make_pool
         self._make_checker: Callable[[Server], Checker] | None = None
+        # serverMonitoringMode, for the monitors of the servers discovery adds.
+        self._monitoring_mode = "auto"
         self._listeners = list(listeners)
         self._topology_id = ObjectId()
         self._initial = discovery.initial(
@@ -165,12 +167,17 @@ class Topology:
 
     # -- opening and closing --------------------------------------------------------
 
-    def open(self, make_checker: Callable[[Server], Checker] | None) -> None:
+    def open(self, make_checker: Callable[[Server], Checker] | None, *,
+             monitoring_mode: str = "auto") -> None:
         """Describe the seeds, open a server for each and start its monitor
-        (``make_checker(server)`` makes its monitoring connection; None: no
-        monitors). In load-balanced mode describe the balancer and make its
-        pool ready at once."""
+        (``make_checker(server)`` makes its monitoring connections; None: no
+        monitors; serverMonitoringMode ``monitoring_mode`` says whether they
+        may stream, see :func:`~greenpool.client.monitor.streaming_enabled`).
+        In load-balanced mode describe the balancer and make its pool ready
+        at once."""
+        streaming_enabled(monitoring_mode)  # a bad mode is refused before anything opens
         self._make_checker = None if self.load_balanced else make_checker
+        self._monitoring_mode = monitoring_mode
         self.publish("opened", _m.TopologyOpenedEvent(self._topology_id))
         self._servers = {address: Server(self, address, self._make_pool(address))
                          for address in self._seeds}
@@ -181,7 +188,7 @@ class Topology:
         for server in list(self._servers.values()):
             self.publish("opened", _m.ServerOpeningEvent(server.address, self._topology_id))
             if not self._closed:
-                server.start(self._make_checker)
+                server.start(self._make_checker, mode=monitoring_mode)
         if self.load_balanced:
             # The Load Balancer spec: no monitor, and the server is described
             # as a LoadBalancer from the start, with every field but its
@@ -472,7 +479,7 @@ class Topology:
             # would never be checked.
             if not self._closed:
                 for each in added:
-                    each.start(self._make_checker)
+                    each.start(self._make_checker, mode=self._monitoring_mode)
         for address in change.check:
             checked = self._servers.get(address)
             if checked is not None and checked.monitor is not None:

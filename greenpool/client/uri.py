@@ -807,6 +807,7 @@ def _settings(
         tls_allow_invalid_hostnames=take("tlsallowinvalidhostnames", insecure),
         tls_insecure=insecure,
         heartbeat_frequency=take("heartbeatfrequencyms", 10_000) / 1000,
+        server_monitoring_mode=take("servermonitoringmode", "auto"),
         server_selection_timeout=take("serverselectiontimeoutms", 30_000) / 1000,
         local_threshold=take("localthresholdms", 15) / 1000,
         direct_connection=take("directconnection", False),

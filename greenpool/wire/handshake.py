@@ -22,6 +22,7 @@ from __future__ import annotations
 import datetime
 import functools
 import math
+import os
 import platform
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -47,6 +48,7 @@ __all__ = [
     "check_hello_fields",
     "check_hello_reply",
     "client_metadata",
+    "faas_platforms",
     "hello_command",
     "trim_metadata",
 ]
@@ -127,6 +129,29 @@ def client_metadata(app_name: str | None = None) -> dict[str, Any]:
     metadata["os"] = dict(_os_fields())
     metadata["platform"] = _platform()
     return trim_metadata(metadata)
+
+
+def faas_platforms(environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """The function-as-a-service platforms the environment (``os.environ`` by
+    default) says the process runs on, by the handshake spec's names and
+    rules for ``client.env``: ``aws.lambda`` (``AWS_EXECUTION_ENV`` starting
+    with ``AWS_Lambda_``, or ``AWS_LAMBDA_RUNTIME_API``), ``azure.func``
+    (``FUNCTIONS_WORKER_RUNTIME``), ``gcp.func`` (``K_SERVICE`` or
+    ``FUNCTION_NAME``) and ``vercel`` (``VERCEL``); a variable counts when
+    it is not empty.
+
+    >>> faas_platforms({"AWS_EXECUTION_ENV": "AWS_Lambda_python3.12"})
+    ('aws.lambda',)
+    """
+    env = os.environ if environ is None else environ
+    found = {
+        "aws.lambda": (env.get("AWS_EXECUTION_ENV", "").startswith("AWS_Lambda_")
+                       or bool(env.get("AWS_LAMBDA_RUNTIME_API"))),
+        "azure.func": bool(env.get("FUNCTIONS_WORKER_RUNTIME")),
+        "gcp.func": bool(env.get("K_SERVICE") or env.get("FUNCTION_NAME")),
+        "vercel": bool(env.get("VERCEL")),
+    }
+    return tuple(name for name, present in found.items() if present)
 
 
 def _size(document: Mapping[str, Any]) -> int:
