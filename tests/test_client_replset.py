@@ -129,3 +129,28 @@ def test_secondary_preferred_reads_never_fail_while_a_secondary_is_up(
                 failures.append(error)
         assert not failures, failures[:3]
         assert set(where(events, "find")) <= {address(a) for a in rs.addresses[1:]}
+
+
+def test_every_member_is_streamed_and_an_election_is_learned_from_the_streams(
+        rs: ReplicaSet) -> None:
+    """heartbeatFrequencyMS is a minute and the client sends nothing after
+    discovery: the new primary (and the old one's stepping down) can only come
+    from the replies each member's monitor has awaiting (Server Monitoring spec),
+    while an RTT monitor per member measures on a connection of its own."""
+    events = AllEvents()
+    uri = f"{rs.uri}&heartbeatFrequencyMS=60000"
+    with greenpool.Client(uri, event_listeners=[events]) as client:
+        members = {address(a) for a in rs.addresses}
+        until(lambda: {e.connection_id for e in events.of(_m.ServerHeartbeatStartedEvent)
+                       if e.awaited} == members, "an awaited hello on every member")
+        monitors = [server.monitor for server in client.topology.servers.values()]
+        assert len(monitors) == 3
+        assert all(m is not None and m.streaming and m._rtt._greenlet is not None
+                   for m in monitors)
+        events.clear()
+        rs.step_down(successor=1)
+        until(lambda: client.primary == address(rs.addresses[1]), "the new primary known")
+        until(lambda: address(rs.addresses[0]) in client.secondaries,
+              "the old primary a secondary")
+        assert all(e.awaited for e in events.of(_m.ServerHeartbeatSucceededEvent))
+        assert not events.of(_m.ServerHeartbeatFailedEvent)
