@@ -1,12 +1,12 @@
 """A server's round-trip times (:class:`RoundTrips`) and the greenlet that measures them
 while its monitor streams (:class:`RttMonitor`).
 
-Rules of this module: the Server Selection spec's average (an exponentially weighted
-moving average, alpha 0.2) and the Server Monitoring spec's minimum (of the last ten
-samples, 0 until there are two); what is sampled when is the monitor's
-(:mod:`greenpool.client.monitor`). The RTT monitor publishes no event and never
-changes the server's description: an error costs its own connection and nothing
-else, as the spec says.
+Rules of this module: keeping a server's samples for the Server Selection spec's
+average (:func:`~greenpool.client.selection.average_round_trip_time`) and the Server
+Monitoring spec's minimum (of the last ten samples, 0 until there are two); what is
+sampled when is the monitor's (:mod:`greenpool.client.monitor`). The RTT monitor
+publishes no event and never changes the server's description: an error costs its
+own connection and nothing else, as the spec says.
 """
 
 from __future__ import annotations
@@ -20,14 +20,13 @@ import gevent
 
 from greenpool.address import Address, format_address
 from greenpool.client.checker import Checker
+from greenpool.client.selection import average_round_trip_time
 from greenpool.client.timeouts import MinRoundTrip
 from greenpool.pool.waitqueue import Alarm
 
 __all__ = ["RoundTrips", "RttMonitor"]
 
 _LOG = logging.getLogger("greenpool")
-# The Server Selection spec's weight of a new sample in the average.
-_ALPHA = 0.2
 
 
 class RoundTrips:
@@ -43,9 +42,7 @@ class RoundTrips:
         self.recent = recent if recent is not None else MinRoundTrip()
 
     def add(self, seconds: float) -> None:
-        average = self._average
-        self._average = seconds if average is None else (
-            _ALPHA * seconds + (1 - _ALPHA) * average)
+        self._average = average_round_trip_time(self._average, seconds)
         self.recent.add(seconds)
 
     def reset(self) -> None:
