@@ -287,11 +287,14 @@ class Cursor:
         except OperationFailure as error:
             if error.timeout:
                 raise
-            # Refused: the cursor ends here, as PyMongo's does; close() kills
-            # it on the server unless the error says the server has.
             if error_code(error) in _CURSOR_GONE:
                 self._id = 0
-            self.close()
+            if self._conn is None:
+                # Refused: the cursor ends here, as PyMongo's does; close()
+                # kills it on the server unless the error says the server has.
+                self.close()
+            # A pinned connection stays pinned until the caller closes the
+            # cursor, which kills it over that connection (Load Balancer spec).
             raise
         except ConnectionFailure as error:
             if error.timeout and deadline is not None and self._conn is None:
