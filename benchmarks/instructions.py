@@ -1,7 +1,7 @@
 """Instructions per ping, counted by Valgrind: the Client against the floor, without noise.
 
     .venv/bin/python benchmarks/instructions.py [--against DIR] [--ops 1000] [--jobs 2]
-                                                [--only client|pool]
+                                                [--only client|pool] [--replset]
     .venv/bin/python benchmarks/instructions.py --collection [--ops 1000] [--jobs 2]
 
 CPU time per operation on a shared machine moves by 20-40% from run to run
@@ -25,6 +25,9 @@ connections. ``--only`` keeps the Client's or the pool's contenders.
 ``--against DIR`` runs the greenpool contenders again with DIR's greenpool
 (``git worktree add /tmp/before main``), in an interpreter started with ``-S``
 and DIR first on ``PYTHONPATH``.
+``--replset`` runs every Client contender and the floor against a one-node
+replica set instead of a standalone (the Client discovers it: primary reads,
+cluster time gossiped).
 
 ``--collection`` counts the collection API instead: instructions per call of
 ``insert_one``, ``find_one`` by ``_id``, ``update_one`` and a ``find`` of 100
@@ -78,17 +81,18 @@ class Contender:
                  str(HERE / self.script), *plain, "--ops", str(ops), *self.arguments], env)
 
 
-def contenders(against: Path | None, only: str | None = None) -> list[Contender]:
+def contenders(against: Path | None, only: str | None = None,
+               replset: bool = False) -> list[Contender]:
+    deployment = ("--replset",) if replset else ()
     client = [Contender(f"greenpool, {g} greenlets{', listener' * listener}",
-                        ("--greenlets", str(g),
-                         *(("--listener", "--all-methods") * listener)))
+                        ("--greenlets", str(g), *(("--listener", "--all-methods") * listener),
+                         *deployment))
               for listener in (False, True) for g in (10, 1000)]
     pool = [Contender(f"pool, {g} greenlet{'s' * (g > 1)}{', listener' * listener}",
                       ("--greenlets", str(g), *("--listener",) * listener), script="pool_cycles.py")
             for g, listener in ((1, False), (1, True), (1000, False))]
-    chosen = {"client": [Contender("floor", ("--floor",)), *client],
-              "pool": pool, None: [Contender("floor", ("--floor",)), *client, *pool],
-              }[only]
+    floor = Contender("floor", ("--floor", *deployment))
+    chosen = {"client": [floor, *client], "pool": pool, None: [floor, *client, *pool]}[only]
     if against is not None:
         chosen += [Contender(f"{each.name} @against", each.arguments, against, each.script)
                    for each in chosen if each.name != "floor"]
@@ -126,6 +130,8 @@ def main() -> None:
     parser.add_argument("--ops", type=int, default=1000,
                         help="pings in the shorter run (the longer has three times as many)")
     parser.add_argument("--jobs", type=int, default=2, help="valgrind runs at a time")
+    parser.add_argument("--replset", action="store_true",
+                        help="against a one-node replica set instead of a standalone")
     parser.add_argument("--collection", action="store_true",
                         help="the collection API's calls, greenpool.Client and stock PyMongo")
     parser.add_argument("--only", choices=("client", "pool"),
@@ -139,7 +145,8 @@ def main() -> None:
         raise SystemExit(f"--against {args.against}: no greenpool package there")
     if args.collection and (args.against is not None or args.only is not None):
         raise SystemExit("--collection compares with stock PyMongo; it takes no --against, --only")
-    chosen = collection_contenders() if args.collection else contenders(args.against, args.only)
+    chosen = (collection_contenders() if args.collection
+              else contenders(args.against, args.only, args.replset))
     runs = [(each, ops) for each in chosen for ops in (args.ops, 3 * args.ops)]
     with ThreadPoolExecutor(args.jobs) as pool:
         counts = dict(zip(runs, pool.map(lambda run: count(*run), runs), strict=True))

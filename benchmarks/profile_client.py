@@ -42,6 +42,12 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--plain", action="store_true",
                         help="no profiler: the CPU µs per operation alone")
+    parser.add_argument("--replset", action="store_true",
+                        help="the server presents a one-node replica set, which the Client "
+                             "discovers (topology ReplicaSetWithPrimary, cluster time gossiped)")
+    parser.add_argument("--direct", action="store_true",
+                        help="connect with directConnection=true (with --replset: the member "
+                             "as a single server, topology Single)")
     args = parser.parse_args()
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) >= 2:
@@ -51,7 +57,7 @@ def main() -> None:
     except ImportError:  # the greenpool of an older tree (instructions.py --against)
         from greenpool.cli.embedded import EmbeddedServer  # type: ignore[attr-defined,no-redef]
 
-    with EmbeddedServer() as server:
+    with EmbeddedServer(replica_set=args.replset) as server:
         if len(cpus) >= 2:
             os.sched_setaffinity(0, {cpus[1]})
         from gevent import monkey
@@ -65,6 +71,7 @@ def profile(uri: str, args: argparse.Namespace) -> None:
     from pymongo import monitoring
 
     from greenpool.client.client import Client
+    from greenpool.client.uri import parse_uri
     from greenpool.wire.connector import connect
     from greenpool.wire.link import LinkOptions
 
@@ -81,14 +88,17 @@ def profile(uri: str, args: argparse.Namespace) -> None:
     listeners = [(EveryMethod if args.all_methods else Listener)()] if args.listener else []
     per = args.ops // args.greenlets
     total = per * args.greenlets
-    with Client(f"{uri}{'&' if '?' in uri else '?'}maxPoolSize=10",
+    options = "maxPoolSize=10" + ("&directConnection=true" if args.direct else "")
+    with Client(f"{uri}{'&' if '?' in uri else '?'}{options}",
                 event_listeners=listeners) as client:
         def worker(count: int = per) -> None:
             for _ in range(count):
                 client.command("admin", {"ping": 1})
 
         if args.floor:
-            links = [connect(client.address, LinkOptions()) for _ in range(10)]
+            # The server's own address: no server selection, no monitor.
+            address = parse_uri(uri).hosts[0]
+            links = [connect(address, LinkOptions()) for _ in range(10)]
             per = args.ops // len(links)
             total = per * len(links)
 
@@ -112,7 +122,10 @@ def profile(uri: str, args: argparse.Namespace) -> None:
     print(f"greenpool: {os.path.dirname(greenpool.__file__)}")
     what = "the floor (10 raw links)" if args.floor else f"{args.greenlets} greenlets"
     listener = ("all 11 methods" if args.all_methods else "1 method") if args.listener else "none"
-    print(f"{what}, {total} pings, listener: {listener}; "
+    deployment = "a one-node replica set" if args.replset else "a standalone"
+    if args.direct:
+        deployment += ", directly"
+    print(f"{what}, {total} pings to {deployment}, listener: {listener}; "
           f"CPU{'' if args.plain else ' under the profiler'} {1e6 * cpu / total:.1f} µs/op\n")
     if args.plain:
         return

@@ -96,9 +96,10 @@ PYMONGO_MATRIX = ("4.9.2", "4.10.1", "4.11.3", "4.12.1", "4.13.2", "4.14.1", "4.
 #: The compiled build (``compile``): a copy of the package, its hot path compiled by mypyc.
 COMPILED = ROOT / "build" / "mypyc"
 #: What ``test`` runs again on the compiled build: the compiled modules' check, the Client,
-#: what the collection API sends, the pool, the CMAP spec, kill safety and the wait queue.
-COMPILED_TESTS = ("tests/test_compiled.py", "tests/test_client.py",
-                  "tests/test_collection_wire.py", "tests/test_pool.py",
+#: the topology (its SDAM spec files, many servers), what the collection API sends, the
+#: pool, the CMAP spec, kill safety and the wait queue.
+COMPILED_TESTS = ("tests/test_compiled.py", "tests/test_client.py", "tests/test_topology.py",
+                  "tests/test_sdam_spec.py", "tests/test_collection_wire.py", "tests/test_pool.py",
                   "tests/test_cmap_spec.py", "tests/test_kill_safety.py",
                   "tests/test_waitqueue.py")
 #: How many runs of a matrix (PyMongo, gevent, Python) run at once: their tests mostly wait

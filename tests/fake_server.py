@@ -15,22 +15,29 @@ Replies are scripted per command name::
         ...connect to server.address...
 
 A handler gets the :class:`Request` and returns a reply document, a
-:class:`Stream` of them, :class:`Raw` bytes to send as they are, or
-:data:`HANG_UP` to close the connection without replying.
+:class:`Stream` of them, a :class:`Live` stream (replies sent as they come),
+:class:`Raw` bytes to send as they are, or :data:`HANG_UP` to close the
+connection without replying. :class:`AwaitableHello` answers hellos as a
+MongoDB 4.4+ server does: with a ``topologyVersion``, awaitable, streamed.
 """
 
 from __future__ import annotations
 
 import itertools
 import struct
+import time
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import bson
+import gevent
+import gevent.event
 import snappy
 import zstandard
+from bson.int64 import Int64
+from bson.objectid import ObjectId
 from gevent import socket as gsocket
 from gevent.server import StreamServer
 
@@ -39,6 +46,7 @@ OP_QUERY = 2004
 OP_COMPRESSED = 2012
 OP_MSG = 2013
 MORE_TO_COME = 1 << 1
+EXHAUST_ALLOWED = 1 << 16
 
 _COMPRESSORS: dict[int, tuple[str, Callable[[bytes], bytes], Callable[[bytes], bytes]]] = {
     1: ("snappy", snappy.compress, snappy.uncompress),
@@ -81,6 +89,15 @@ class Stream:
     """Replies sent one after the other, all but the last flagged moreToCome."""
 
     replies: list[dict[str, Any]]
+
+
+@dataclass
+class Live:
+    """Replies sent as ``replies`` produces them (it may wait in between):
+    ``(document, more_to_come)`` pairs, until one without more_to_come; or
+    :data:`HANG_UP` to close the connection there."""
+
+    replies: Iterator[Any]
 
 
 @dataclass
@@ -251,8 +268,28 @@ class FakeServer:
                 return
             if answer is HANG_UP:
                 return
+            if isinstance(answer, Live):
+                if not self._send_live(sock, request, answer):
+                    return
+                continue
             for data in self._encode(request, answer):
                 sock.sendall(data)
+
+    def _send_live(self, sock: Any, request: Request, answer: Live) -> bool:
+        """Send a Live stream; False if the connection ends with it."""
+        response_to = request.request_id
+        for item in answer.replies:
+            if item is HANG_UP:
+                return False
+            if item is _CLIENT_GONE:
+                self.hangups.append(request.connection)
+                return False
+            reply, more = item
+            data, response_to = self._encode_one(request, reply, response_to, more)
+            sock.sendall(data)
+            if not more:
+                break
+        return True
 
     def _read(self, sock: Any, connection: int) -> Request | None:
         header = _recv_exactly(sock, 16)
@@ -323,17 +360,24 @@ class FakeServer:
         messages = []
         response_to = request.request_id
         for index, reply in enumerate(replies):
-            request_id = next(self._ids)
-            if request.inner_op_code == OP_QUERY:
-                message = op_reply(reply, response_to, request_id=request_id)
-            else:
-                more = MORE_TO_COME if index < len(replies) - 1 else 0
-                message = op_msg(reply, response_to, flags=more, request_id=request_id)
-            if request.compressor is not None:
-                message = compress(message, request.compressor)
+            message, response_to = self._encode_one(
+                request, reply, response_to, index < len(replies) - 1)
             messages.append(message)
-            response_to = request_id  # each streamed reply answers the one before
         return messages
+
+    def _encode_one(self, request: Request, reply: dict[str, Any], response_to: int,
+                    more: bool) -> tuple[bytes, int]:
+        """One reply to ``request``, answering ``response_to``; with its requestID,
+        which the next reply of a stream answers."""
+        request_id = next(self._ids)
+        if request.inner_op_code == OP_QUERY:
+            message = op_reply(reply, response_to, request_id=request_id)
+        else:
+            message = op_msg(reply, response_to, flags=MORE_TO_COME if more else 0,
+                             request_id=request_id)
+        if request.compressor is not None:
+            message = compress(message, request.compressor)
+        return message, request_id
 
 
 def block(seconds: float, reply: dict[str, Any] | None = None) -> Handler:
@@ -348,3 +392,106 @@ def block(seconds: float, reply: dict[str, Any] | None = None) -> Handler:
         return _CLIENT_GONE  # readable while the client awaits a reply: end of stream
 
     return handler
+
+
+class AwaitableHello:
+    """The hello of a MongoDB 4.4+ server, as the Server Monitoring spec describes it::
+
+        hello = AwaitableHello(server).install()
+        ...
+        hello.change(isWritablePrimary=False, secondary=True)  # a new state, counter + 1
+
+    Every reply carries a ``topologyVersion`` (this server's ``process_id`` and
+    ``counter``). A hello with ``topologyVersion`` and ``maxAwaitTimeMS`` is
+    answered when the counter passes the request's (at once for another
+    processId) or when maxAwaitTimeMS passes; with exhaustAllowed the server
+    goes on streaming replies flagged moreToCome, each after the next change
+    or maxAwaitTimeMS, ``stream_length`` of them (None: no end; the last one
+    without moreToCome). :meth:`interrupt` ends the stream at once with an
+    error. ``awaited`` holds the awaitable hellos received.
+    """
+
+    def __init__(self, server: FakeServer, *, stream_length: int | None = None) -> None:
+        self.server = server
+        self.stream_length = stream_length
+        self.process_id = ObjectId()
+        self.counter = 0
+        self.script: list[Any] = []
+        self.awaited: list[Request] = []
+        self._changed = gevent.event.Event()
+
+    def install(self) -> AwaitableHello:
+        for name in ("hello", "isMaster", "ismaster"):
+            self.server.handlers[name] = self
+        return self
+
+    def interrupt(self, answer: Any) -> None:
+        """Answer the awaiting hello now with ``answer`` instead of a reply,
+        ending its stream: a document (an ``ok: 0`` error) or :data:`HANG_UP`."""
+        self.script.append(answer)
+        self._wake()
+
+    def change(self, **fields: Any) -> None:
+        """A significant change: ``fields`` set in every hello reply (None
+        removes one), the counter bumped, awaiting hellos answered."""
+        for key, value in fields.items():
+            self.server.hello[key] = value
+        self.counter += 1
+        self._wake()
+
+    def _wake(self) -> None:
+        changed, self._changed = self._changed, gevent.event.Event()
+        changed.set()
+
+    def reply(self, request: Request) -> dict[str, Any]:
+        reply = self.server._hello(request)
+        reply["topologyVersion"] = {"processId": self.process_id, "counter": Int64(self.counter)}
+        return reply
+
+    def __call__(self, request: Request) -> Any:
+        command = request.command
+        version, wait = command.get("topologyVersion"), command.get("maxAwaitTimeMS")
+        if (version is None) != (wait is None):
+            return {"ok": 0.0, "code": 9, "codeName": "FailedToParse",
+                    "errmsg": "topologyVersion and maxAwaitTimeMS go together"}
+        if version is None:
+            return self.reply(request)
+        self.awaited.append(request)
+        known = version["counter"] if version["processId"] == self.process_id else -1
+        exhaust = bool(request.flags & EXHAUST_ALLOWED)
+        return Live(self._replies(request, known, wait / 1000, exhaust))
+
+    def _replies(self, request: Request, known: int, wait: float,
+                 exhaust: bool) -> Iterator[Any]:
+        sent = 0
+        while True:
+            if not self._await_change(request.sock, known, wait):
+                yield _CLIENT_GONE
+                return
+            if self.script:
+                scripted = self.script.pop(0)
+                yield scripted if scripted is HANG_UP else (scripted, False)
+                return
+            sent += 1
+            more = exhaust and (self.stream_length is None or sent < self.stream_length)
+            known = self.counter
+            yield self.reply(request), more
+            if not more:
+                return
+
+    def _await_change(self, sock: Any, known: int, wait: float) -> bool:
+        """Wait for a change past ``known`` or ``wait`` seconds; False if the
+        client closed the connection (or sent something) meanwhile."""
+        deadline = time.monotonic() + wait
+        client = gevent.spawn(gsocket.wait_read, sock.fileno())
+        try:
+            while self.counter <= known and not self.script:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                gevent.wait([self._changed, client], timeout=left, count=1)
+                if client.ready():
+                    return False
+        finally:
+            client.kill()
+        return True

@@ -12,13 +12,11 @@ would against a name server. Two layers of each file are checked:
   deployments the spec names (a replica set ``repl0`` on ports 27017-27019, mongos on
   27017 and 27018, all with TLS) are fake servers (tests/fake_server.py) on free
   ports: the zone's SRV records and the expected hosts are given those ports, and the
-  zone's host names resolve to 127.0.0.1 for the sockets. These run once
-  greenpool.Client takes several hosts.
+  zone's host names resolve to 127.0.0.1 for the sockets.
 """
 
 from __future__ import annotations
 
-import functools
 import re
 import socket
 import ssl
@@ -136,18 +134,6 @@ def test_seedlist(name: str, test: dict[str, Any], dns_server: SlowDNSServer) ->
 # -- after discovery: the multi-server Client ---------------------------------------------
 
 
-@functools.cache
-def multi_server_client() -> bool:
-    """Whether greenpool.Client takes a connection string with several hosts."""
-    try:
-        client = greenpool.Client(
-            "mongodb://127.0.0.1:9,127.0.0.1:10/?serverSelectionTimeoutMS=1&connectTimeoutMS=100")
-    except ConfigurationError:
-        return False
-    client.close()
-    return True
-
-
 #: The ports the spec's deployments listen on, in the zone and in the expected hosts.
 SPEC_PORTS = (27017, 27018, 27019)
 ZONE_NAMES = ("localhost.test.build.10gen.cc", "localhost.sub.test.build.10gen.cc")
@@ -239,8 +225,6 @@ def discovered(client: Any) -> list[str]:
                          ids=[name for name, test in TESTS if not test.get("error")])
 def test_discovered_hosts(name: str, test: dict[str, Any], dns_server: SlowDNSServer,
                           tls_files: TLSFiles, zone_names_resolve: None) -> None:
-    if not multi_server_client():
-        pytest.skip("needs the multi-server Client")
     settings = parse_uri(test["uri"])
     deployment = Deployment(name.startswith("sharded/"), tls_files if settings.tls else None)
     try:

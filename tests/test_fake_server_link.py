@@ -12,9 +12,13 @@ import logging
 import os
 import socket
 import struct
+import subprocess
+import sys
 import tempfile
+import textwrap
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import gevent
@@ -40,10 +44,12 @@ from greenpool.wire.link import Link, LinkOptions
 from greenpool.wire.offload import offload
 from tests.fake_scram import FakeScramServer
 from tests.fake_server import (
+    EXHAUST_ALLOWED,
     HANG_UP,
     OP_COMPRESSED,
     OP_MSG,
     OP_QUERY,
+    AwaitableHello,
     FakeServer,
     Raw,
     Request,
@@ -455,6 +461,77 @@ def test_more_to_come_replies_may_answer_the_original_request() -> None:
         assert link.command("db", {"find": "c"}, exhaust_allowed=True)["n"] == 0
         assert link.receive()["n"] == 1
         link.close()
+
+
+def test_a_stream_started_without_reading_is_read_after_waits() -> None:
+    with serving() as server:
+        hello = AwaitableHello(server).install()
+        link = connect(server.address, LinkOptions())
+        version = link.hello["topologyVersion"] if link.hello else None
+        link.start_stream("admin", {"hello": 1, "topologyVersion": version,
+                                    "maxAwaitTimeMS": 60_000})
+        assert link.more_to_come
+        with pytest.raises(RuntimeError, match="still sending replies"):
+            link.command("admin", {"ping": 1})
+        for counter in (1, 2):
+            hello.change()
+            link.wait_readable(timeout=5)
+            assert link.receive()["topologyVersion"]["counter"] == counter
+            assert link.more_to_come
+        link.close()
+    (request,) = hello.awaited
+    assert request.flags & EXHAUST_ALLOWED
+
+
+def test_wait_readable_times_out_as_a_read_would() -> None:
+    with serving(handlers={"find": block(5.0)}) as server:
+        link = connect(server.address, LinkOptions())
+        link.start_stream("db", {"find": "c"})
+        with pytest.raises(NetworkTimeout, match="timed out after 100 ms"):
+            link.wait_readable(timeout=0.1)
+        assert link.broken
+
+
+@pytest.mark.parametrize("how", ["close", "interrupt", "kill"])
+def test_a_wait_for_a_stream_ends_at_once(how: str) -> None:
+    with serving(handlers={"find": block(5.0)}) as server:
+        link = connect(server.address, LinkOptions())
+        link.start_stream("db", {"find": "c"})
+        worker = gevent.spawn(link.wait_readable)
+        wait_for(lambda: "find" in server.names())
+        gevent.sleep(0.01)  # the worker waits
+        if how == "kill":
+            worker.kill(block=False)
+        else:
+            getattr(link, how)()
+            assert link._sock.fileno() == -1  # closed now, not on the hub's next turn
+        worker.join(timeout=5)
+        assert worker.dead
+        if how == "close":
+            assert isinstance(worker.exception, AutoReconnect)
+            assert "connection closed" in str(worker.exception)
+        elif how == "interrupt":
+            assert isinstance(worker.exception, PoolClearedError)
+        assert link.closed and (how == "close" or link.broken)
+        wait_for(lambda: server.hangups == [1])
+
+
+def test_a_wait_for_a_stream_never_keeps_hub_join_waiting() -> None:
+    script = textwrap.dedent("""
+        import gevent
+        from gevent import socket as gsocket
+        from greenpool.wire.link import Link, LinkOptions
+        near, far = gsocket.socketpair()
+        link = Link(near, ("db.test", 27017), LinkOptions())
+        waiter = gevent.spawn(link.wait_readable)
+        gevent.sleep(0.01)
+        assert gevent.get_hub().join(timeout=30), "Hub.join() did not return"
+        print("joined", waiter.dead)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60, cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.split() == ["joined", "False"]
 
 
 def test_server_hang_up_breaks_the_link() -> None:

@@ -13,6 +13,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from tests.servers import with_options
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -105,10 +107,12 @@ def test_a_forked_child_starts_clean_and_leaves_the_parent_alone() -> None:
     assert report["parent_stats"][1] == 0, "the parent's pool is not cleared"
 
 
-# A fork as uWSGI makes it: libc's fork(), so none of Python's at-fork hooks run, then
-# gevent.reinit() in the child. Parent and child each check the server every 500 ms
-# and ping it for two seconds; neither may see a failed heartbeat or a clear.
-RAW_FORK = textwrap.dedent("""
+# A fork as uWSGI makes it (libc's fork(), so none of Python's at-fork hooks run, then
+# gevent.reinit() in the child) or as gunicorn does (os.fork). Parent and child each
+# monitor the server (every 500 ms, streamed or polled) and ping it for two seconds;
+# neither may see a failed heartbeat or a clear. A fork while the monitor streams finds
+# it waiting for the next reply on the stream: the child must never read from it.
+FORK = textwrap.dedent("""
     from gevent import monkey
     monkey.patch_all()
 
@@ -120,8 +124,10 @@ RAW_FORK = textwrap.dedent("""
     class Heartbeats(monitoring.ServerHeartbeatListener):
         def __init__(self):
             self.failed = []
+            self.awaited = 0
         def started(self, event): pass
-        def succeeded(self, event): pass
+        def succeeded(self, event):
+            self.awaited += event.awaited
         def failed(self, event):
             self.failed.append(repr(event.reply))
 
@@ -131,6 +137,7 @@ RAW_FORK = textwrap.dedent("""
     gevent.sleep(0.6)  # the monitoring connection is open and in use
 
     def run(role):
+        heartbeats.awaited = 0
         errors = []
         until = time.monotonic() + 2.0
         while time.monotonic() < until:
@@ -140,12 +147,14 @@ RAW_FORK = textwrap.dedent("""
                 errors.append(repr(error))
             gevent.sleep(0.02)
         return {"role": role, "errors": errors, "failed_heartbeats": heartbeats.failed,
-                "generation": client.pool.stats().generation}
+                "awaited": heartbeats.awaited, "generation": client.pool.stats().generation}
 
     reader, writer = os.pipe()
-    pid = ctypes.CDLL(None).fork()
+    libc = sys.argv[2] == "libc"
+    pid = ctypes.CDLL(None).fork() if libc else os.fork()
     if pid == 0:
-        gevent.reinit()
+        if libc:
+            gevent.reinit()
         os.write(writer, json.dumps(run("child")).encode())
         os._exit(0)
     parent = run("parent")
@@ -155,11 +164,11 @@ RAW_FORK = textwrap.dedent("""
 """)
 
 
-def test_a_fork_without_pythons_hooks_still_gives_the_child_its_own_monitor(
-    mongodb_uri: str,
-) -> None:
-    uri = with_options(mongodb_uri, heartbeatFrequencyMS=500)
-    done = subprocess.run([sys.executable, "-c", RAW_FORK, uri], capture_output=True,
+@pytest.mark.parametrize("mode", ["stream", "poll"])
+@pytest.mark.parametrize("fork", ["libc", "os"])
+def test_a_forked_child_gets_its_own_monitor(mongodb_uri: str, fork: str, mode: str) -> None:
+    uri = with_options(mongodb_uri, heartbeatFrequencyMS=500, serverMonitoringMode=mode)
+    done = subprocess.run([sys.executable, "-c", FORK, uri, fork], capture_output=True,
                           text=True, timeout=60, cwd=ROOT)
     assert done.returncode == 0, done.stdout + done.stderr
     parent, child, status = json.loads(done.stdout.strip().splitlines()[-1])
@@ -167,6 +176,8 @@ def test_a_fork_without_pythons_hooks_still_gives_the_child_its_own_monitor(
     for report in (parent, child):
         assert report["errors"] == [], report
         assert report["failed_heartbeats"] == [], report
+        # Streaming goes on in both (the child on a stream of its own); polling never awaits.
+        assert (report["awaited"] > 0) is (mode == "stream"), report
     # The child's pool starts a new generation once, at the fork; a clear would add one.
     assert (parent["generation"], child["generation"]) == (0, 1)
 

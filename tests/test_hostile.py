@@ -40,7 +40,7 @@ from greenpool import Client, Pool
 from greenpool._compiled import compiled
 from greenpool.cli.check import EXIT_CODES
 from greenpool.cli.check import main as check_main
-from greenpool.client import client as client_module
+from greenpool.client import checker as checker_module
 from greenpool.client import monitor as monitor_module
 from greenpool.client import topology as topology_module
 from greenpool.client.uri import parse_uri, redact_uri, uri_secrets
@@ -48,10 +48,19 @@ from greenpool.errors import AuthenticationError, ConfigurationError, NotMongoDB
 from greenpool.wire import auth as auth_module
 from greenpool.wire.auth import MAX_ITERATIONS, Credentials
 from greenpool.wire.connector import connect, establishment_deadline, handshake_completed
-from greenpool.wire.link import LinkOptions
+from greenpool.wire.link import Link, LinkOptions
 from tests.events import AllEvents
 from tests.fake_scram import FakeScramServer
-from tests.fake_server import MORE_TO_COME, OP_MSG, FakeServer, Raw, Request, block, op_msg
+from tests.fake_server import (
+    MORE_TO_COME,
+    OP_MSG,
+    AwaitableHello,
+    FakeServer,
+    Raw,
+    Request,
+    block,
+    op_msg,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -226,14 +235,17 @@ def test_a_hello_pymongo_cannot_parse_is_a_failed_check(
                     event_listeners=[events]) as client:
             assert client.command("admin", {"ping": 1}) == {"ok": 1.0}
             server.hello[field] = value  # a misconfigured member, from the next check on
-            client.topology.monitor.request_check()
-            wait_for(lambda: not client.topology.server.is_server_type_known)
+            (known,) = client.topology.servers.values()
+            assert known.monitor is not None
+            known.monitor.request_check()
+            wait_for(lambda: not known.description.is_server_type_known)
             started = time.monotonic()
             with pytest.raises(ServerSelectionTimeoutError) as caught:
                 client.command("admin", {"ping": 1})
             assert time.monotonic() - started < BOUND
             assert first_line(caught.value).startswith(
-                f"{where(server)}: no usable server within 1.5 s; last error: AutoReconnect(")
+                f"no server suitable for a primary read or a write within 1.5 s; topology "
+                f"Single: {where(server)} Unknown (last error: AutoReconnect(")
             # The error is shown as its repr: quotes in it come escaped.
             assert f"{where(server)}: invalid hello reply: {expected}" in first_line(
                 caught.value).encode().decode("unicode_escape")
@@ -242,7 +254,7 @@ def test_a_hello_pymongo_cannot_parse_is_a_failed_check(
             assert client.stats().total == 0  # the pool was cleared
             del server.hello[field]
             assert client.command("admin", {"ping": 1}) == {"ok": 1.0}
-            monitor = client.topology.monitor
+            monitor = known.monitor
             assert monitor is not None and monitor._greenlet is not None
             assert not monitor._greenlet.dead
 
@@ -278,10 +290,10 @@ _CHECK_STEPS = [
     (monitor_module, "ServerDescription", True),
     (topology_module.Topology, "publish", True),
     (topology_module.Topology, "check_succeeded", True),
-    (topology_module.Topology, "_change_server", True),
+    (topology_module.Topology, "_apply", True),
     (Pool, "ready", True),
-    (client_module._LinkChecker, "check", True),
-    (client_module._LinkChecker, "__init__", True),
+    (checker_module.LinkChecker, "check", True),
+    (checker_module.LinkChecker, "__init__", True),
     (monitor_module.Monitor, "_check_once", False),
 ]
 
@@ -297,7 +309,8 @@ def test_an_exception_at_any_step_of_a_check_never_kills_the_monitor(
         events = AllEvents()
         with Client(uri(server), event_listeners=[events]) as client:
             assert client.command("admin", {"ping": 1}) == {"ok": 1.0}
-            monitor = client.topology.monitor
+            (server_,) = client.topology.servers.values()
+            monitor = server_.monitor
             assert monitor is not None
             # The fault is injected process-wide: another client's monitor would take it.
             others = [each for each in list(monitor_module._monitors)
@@ -320,6 +333,47 @@ def test_an_exception_at_any_step_of_a_check_never_kills_the_monitor(
             assert monitor._greenlet is not None and not monitor._greenlet.dead
 
 
+# Each step of a streamed check (an awaitable hello per reply: stream_length=1).
+_STREAM_STEPS = [
+    (checker_module.LinkChecker, "await_reply"),
+    (Link, "start_stream"),
+    (Link, "wait_readable"),
+    (Link, "receive"),
+    (monitor_module, "Hello"),
+    (topology_module.Topology, "check_succeeded"),
+]
+
+
+@pytest.mark.skipif({"greenpool.client.topology", "greenpool.wire.link"} & set(compiled()),
+                    reason="patches classes and globals its compiled code bound at import")
+@pytest.mark.parametrize(("owner", "name"), _STREAM_STEPS,
+                         ids=[name for _, name in _STREAM_STEPS])
+def test_an_exception_at_any_step_of_a_streamed_check_never_kills_the_monitor(
+        monkeypatch: pytest.MonkeyPatch, owner: Any, name: str) -> None:
+    with FakeServer() as server, no_leaks():
+        hello = AwaitableHello(server, stream_length=1).install()
+        events = AllEvents()
+        with Client(uri(server), event_listeners=[events]) as client:
+            (server_,) = client.topology.servers.values()
+            monitor = server_.monitor
+            assert monitor is not None
+            wait_for(lambda: len(hello.awaited) == 1)
+            others = [each for each in list(monitor_module._monitors)
+                      if each is not monitor and not each._stopped]
+            assert not others, f"a monitor another test left running: {others}"
+            fired = _one_shot(monkeypatch, owner, name)
+            while not fired:  # each change ends one awaited check and starts the next
+                hello.change()
+                wait_for(lambda: fired or len(hello.awaited) == hello.counter + 1)
+            wait_for(lambda: any(fired[0] in (e.reply, e.reply.__cause__)
+                                 for e in events.of(_m.ServerHeartbeatFailedEvent)))
+            assert events.of(_m.ServerHeartbeatFailedEvent)[-1].awaited
+            # The monitor streams again, on a new connection, and the Client serves.
+            assert client.command("admin", {"ping": 1}) == {"ok": 1.0}
+            wait_for(lambda: monitor.streaming)
+            assert monitor._greenlet is not None and not monitor._greenlet.dead
+
+
 @pytest.mark.skipif("greenpool.client.topology" in compiled(), reason=(
     "patches greenpool.client.topology's globals, which its compiled code bound at import"))
 @pytest.mark.parametrize("name", ["check_failed", "cancel_check"])
@@ -328,9 +382,10 @@ def test_a_failure_while_reporting_a_failed_check_never_kills_the_monitor(
     owner = topology_module.Topology if name == "check_failed" else monitor_module.Monitor
     with FakeServer() as server, no_leaks(), Client(uri(server)) as client:
         assert client.command("admin", {"ping": 1}) == {"ok": 1.0}
-        monitor = client.topology.monitor
+        (server_,) = client.topology.servers.values()
+        monitor = server_.monitor
         assert monitor is not None
-        check = _one_shot(monkeypatch, client_module._LinkChecker, "check")
+        check = _one_shot(monkeypatch, checker_module.LinkChecker, "check")
         report = _one_shot(monkeypatch, owner, name)
         monitor.request_check()
         wait_for(lambda: check and report)

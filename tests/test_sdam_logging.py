@@ -79,9 +79,13 @@ def test_a_monitored_server_logs_its_lifecycle_and_heartbeats(
     assert (f"Heartbeat succeeded in {succeeded['durationMS']:g} ms for {host}:{port} on "
             f"connection with driver-generated ID 1") in succeeded["text"]
     changed = records[1]
-    assert "topology_type: Unknown" in changed["previousDescription"]
-    assert "topology_type: Single" in changed["newDescription"]
+    assert "topology_type: Unknown, servers: []" in changed["previousDescription"]
+    assert f"topology_type: Unknown, servers: [<ServerDescription ('{host}', {port})" in (
+        changed["newDescription"])  # the seed, before its first check
     assert changed["text"].startswith(f"Description changed for topology with ID {topology_id}")
+    # Discovery: a standalone that was the one seed makes the topology Single.
+    discovered = records[names.index("Topology description changed", 2)]
+    assert "topology_type: Single" in discovered["newDescription"]
     # No message for ServerDescriptionChanged (the spec leaves it out).
     assert "Server description changed" not in names
 
@@ -106,7 +110,8 @@ def test_a_failed_heartbeat_is_logged_with_its_failure(
                         names[names.index("Server heartbeat failed"):].count(
                             "Server heartbeat succeeded") >= 1):
                     break
-                client.topology.monitor.request_check()  # type: ignore[union-attr]
+                (server,) = client.topology.servers.values()
+                server.monitor.request_check()  # type: ignore[union-attr]
                 gevent.sleep(0.1)
     records = topology_records(caplog, topology_id)
     failed = next(r for r in records if r["message"] == "Server heartbeat failed")
@@ -117,3 +122,25 @@ def test_a_failed_heartbeat_is_logged_with_its_failure(
     reconnected = [r for r in after if r["message"] == "Server heartbeat started"]
     assert reconnected and reconnected[0]["driverConnectionId"] == 2, (
         "the failed connection was closed: the next check opens connection 2")
+
+
+@pytest.mark.parametrize("mode", ["stream", "poll"])
+def test_heartbeats_say_whether_they_were_awaited(
+        mongodb_uri: str, caplog: pytest.LogCaptureFixture, mode: str) -> None:
+    caplog.set_level(logging.DEBUG, logger="greenpool.topology")
+    uri = with_options(mongodb_uri, heartbeatFrequencyMS=500, serverMonitoringMode=mode)
+    with Client(uri) as client, gevent.Timeout(30, AssertionError("no third heartbeat")):
+        topology_id = client.topology.topology_id
+        while [r["message"] for r in topology_records(caplog, topology_id)].count(
+                "Server heartbeat succeeded") < 3:
+            gevent.sleep(0.05)
+    beats = [r for r in topology_records(caplog, topology_id)
+             if r["message"].startswith("Server heartbeat")]
+    # The handshake is never awaited; streamed checks are (SecantusDB streams).
+    assert [r["awaited"] for r in beats[:2]] == [False, False]
+    assert {r["awaited"] for r in beats[2:]} == {mode == "stream"}
+    assert {r["driverConnectionId"] for r in beats} == {1}, "one monitoring connection"
+    assert all(isinstance(r["serverConnectionId"], int) for r in beats[1:])
+    succeeded = [r for r in beats[2:] if r["message"] == "Server heartbeat succeeded"]
+    assert all(f"Awaited: {mode == 'stream'}" in r["text"] for r in succeeded)
+    assert all(json.loads(r["reply"])["topologyVersion"] for r in succeeded)

@@ -74,6 +74,7 @@ def test_defaults() -> None:
     assert settings.pool == PoolOptions()
     assert (settings.connect_timeout, settings.socket_timeout) == (20.0, None)
     assert settings.credentials is None and not settings.tls and not settings.load_balanced
+    assert settings.server_monitoring_mode == "auto"
     assert dict(settings.extra) == {}
 
 
@@ -85,8 +86,8 @@ def test_every_field(pki: Pki) -> None:
         "&connectTimeoutMS=5000&socketTimeoutMS=30000"
         f"&tls=true&tlsCAFile={option(pki.ca_file)}&tlsCertificateKeyFile={option(pki.client_file)}"
         f"&tlsCertificateKeyFilePassword={CLIENT_KEY_PASSWORD}&tlsAllowInvalidHostnames=true"
-        "&heartbeatFrequencyMS=2000&serverSelectionTimeoutMS=4000&replicaSet=rs0"
-        "&retryReads=false&retryWrites=false&readPreference=secondaryPreferred"
+        "&heartbeatFrequencyMS=2000&serverMonitoringMode=poll&serverSelectionTimeoutMS=4000"
+        "&replicaSet=rs0&retryReads=false&retryWrites=false&readPreference=secondaryPreferred"
         "&authSource=users&authMechanism=SCRAM-SHA-256&w=majority&readConcernLevel=local"
     )
     assert parse_quietly(uri) == ClientSettings(
@@ -106,6 +107,7 @@ def test_every_field(pki: Pki) -> None:
         tls_certificate_key_file_password=Secret(CLIENT_KEY_PASSWORD),
         tls_allow_invalid_hostnames=True,
         heartbeat_frequency=2.0,
+        server_monitoring_mode="poll",
         server_selection_timeout=4.0,
         replica_set="rs0",
         retry_reads=False,
@@ -569,6 +571,8 @@ BAD_VALUES: dict[str, tuple[str, str, str] | None] = {
     "loadBalanced": ("1", "'1'", BOOLEAN),
     "retryReads": ("TRUE", "'TRUE'", BOOLEAN),
     "retryWrites": ("no", "'no'", BOOLEAN),
+    "maxAdaptiveRetries": ("-1", "'-1'", "expected a whole number >= 0"),
+    "enableOverloadRetargeting": ("yes", "'yes'", BOOLEAN),
     "journal": ("maybe", "'maybe'", BOOLEAN),
     "tls": ("on", "'on'", BOOLEAN),
     "ssl": ("1", "'1'", BOOLEAN),
@@ -641,6 +645,18 @@ def test_a_bad_value_names_the_option_as_written_the_value_and_what_it_takes(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert parse_uri(uri) == parse_quietly("mongodb://ann:pw@h/")
+
+
+def test_overload_retargeting_is_refused_with_a_warning() -> None:
+    uri = "mongodb://h/?enableOverloadRetargeting=true&maxAdaptiveRetries=5"
+    assert warnings_of(uri) == [
+        "connection string option enableOverloadRetargeting='true': greenpool does not "
+        "deprioritize the server that refused an overloaded operation when it retries it; "
+        "false is used"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert parse_uri(uri).max_adaptive_retries == 5
+    assert parse_quietly("mongodb://h/").max_adaptive_retries == 2
 
 
 def test_a_list_with_one_bad_item_keeps_the_others() -> None:

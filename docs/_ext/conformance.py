@@ -44,6 +44,10 @@ SPEC_MODULES = {
     "tests/test_sdam_logging.py": "SDAM Logging and Monitoring (load-balanced, unified format)",
     "tests/test_read_write_concern_spec.py": "Read and Write Concern (connection-string and "
                                              "document files)",
+    "tests/test_sdam_spec.py": "Server Discovery and Monitoring (rs, sharded, single, errors, "
+                               "monitoring)",
+    "tests/test_backpressure_spec.py": "Client Backpressure (unified format)",
+    "tests/test_monitoring_spec.py": "Server Monitoring (unified format) and RTT averages",
 }
 
 

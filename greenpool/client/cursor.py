@@ -5,8 +5,11 @@ A :class:`Cursor` runs its opening command at once (``find``, ``aggregate``,
 ``getMore`` when one runs out. Closing it before the end, or leaving its
 ``with`` block, sends ``killCursors``.
 
-Connections. Outside load-balanced mode each round trip checks a connection
-out and back in (any connection reaches the cursor on a single server). In
+Connections. The opening command goes to the server selected for the
+cursor's read preference; its getMore and killCursors go to that same server
+(:attr:`Cursor.address`), which holds the server cursor. Outside
+load-balanced mode each round trip checks a connection out of that server's
+pool and back in (any of its connections reaches the cursor). In
 load-balanced mode the cursor is *pinned*: the connection that opened it is
 kept (counted as in use "by cursors") until the server returns cursor id 0
 or the cursor is closed, because only that connection reaches the service
@@ -31,10 +34,15 @@ aggregate's comment goes on every getMore) and, given ``max_await_time_ms``,
 ``maxTimeMS``: how long the server waits for new data (awaitData), within the
 time left under timeoutMS (the CSOT spec).
 
+A getMore the server refuses ends the cursor, as PyMongo's does: it is
+closed, with killCursors unless the error says the server no longer has it.
+
 Retries. The opening command is retried as :meth:`greenpool.Client.command`
 would retry it (a retryable read, or ``retry=True``), on a connection and an
-implicit session taken afresh; a ``getMore`` never is (the Retryable Reads
-spec: the server cursor may have moved on).
+implicit session taken afresh; a ``getMore`` is retried only after a
+retryable overload error (the Client Backpressure spec: the server refused
+it unread), never after another error (the Retryable Reads spec: the server
+cursor may have moved on).
 
 Rules. A cursor does all its I/O through the
 :class:`~greenpool.client.operations.Operations` it is given, with that
@@ -57,12 +65,13 @@ from pymongo.errors import ConnectionFailure, InvalidOperation, OperationFailure
 from pymongo.read_preferences import _ServerMode
 
 from greenpool.client import readpref
-from greenpool.client.retries import has_write_stage
+from greenpool.client.retries import error_code, has_write_stage
 from greenpool.client.timeouts import Deadline, check_seconds
 from greenpool.pool.connection import Connection, Purpose
 from greenpool.wire.messages import Outgoing
 
 if TYPE_CHECKING:
+    from greenpool.address import Address
     from greenpool.client.operations import Operations, ServerSession
     from greenpool.client.session import Session
     from greenpool.wire.link import Link
@@ -71,6 +80,9 @@ __all__ = ["Cursor"]
 
 #: The wire version (MongoDB 5.0) from which $out and $merge run on secondaries.
 _WRITE_STAGE_ON_SECONDARIES = 13
+# Errors that say the server no longer has the cursor: CursorNotFound,
+# QueryPlanKilled, CursorKilled (no killCursors for them).
+_CURSOR_GONE = frozenset({43, 175, 237})
 #: The CSOT spec's timeoutMode values.
 CURSOR_LIFETIME = "cursorLifetime"
 ITERATION = "iteration"
@@ -98,6 +110,8 @@ class Cursor:
         self._buffer: deque[dict[str, Any]] = deque()
         self._id = 0
         self._collection = ""
+        #: The server that opened the cursor (set by the opening command).
+        self._address: Address | None = None
         #: The connection this cursor is pinned to (load-balanced mode).
         self._conn: Connection[Link] | None = None
         self._user: gevent.Greenlet | None = None
@@ -136,6 +150,12 @@ class Cursor:
     def id(self) -> int:
         """The server's cursor id; 0 once the server has no more documents."""
         return self._id
+
+    @property
+    def address(self) -> Address | None:
+        """The ``(host, port)`` of the server holding the cursor (PyMongo's
+        ``Cursor.address``); None before the opening command went out."""
+        return self._address
 
     @property
     def batch_size(self) -> int | None:
@@ -244,7 +264,7 @@ class Cursor:
         if conn is not None or not self._operations.closed:
             # Even for a closed client: the pinned connection must be checked in.
             gevent.spawn(_reap, self._operations, self._db, self._collection, self._id, conn,
-                         lsid, implicit if not self._lsid_dirty else None)
+                         lsid, implicit if not self._lsid_dirty else None, self._address)
 
     def __repr__(self) -> str:
         return (f"<greenpool.Cursor {self._db}.{self._collection} id={self._id}"
@@ -301,9 +321,19 @@ class Cursor:
         if self._comment is not None:
             command["comment"] = self._comment
         try:
-            # No maxTimeMS from the deadline on a getMore: the server reads
-            # it as the wait of an awaitData cursor, or refuses it (CSOT spec).
-            self._round_trip(command, "nextBatch", deadline, max_time=False)
+            self._more(command, deadline)
+        except OperationFailure as error:
+            if error.timeout:
+                raise
+            if error_code(error) in _CURSOR_GONE:
+                self._id = 0
+            if self._conn is None:
+                # Refused: the cursor ends here, as PyMongo's does; close()
+                # kills it on the server unless the error says the server has.
+                self.close()
+            # A pinned connection stays pinned until the caller closes the
+            # cursor, which kills it over that connection (Load Balancer spec).
+            raise
         except ConnectionFailure as error:
             if error.timeout and deadline is not None and self._conn is None:
                 # Out of time: the server cursor still lives, and close()
@@ -321,12 +351,25 @@ class Cursor:
 
     def _await_ms(self, deadline: Deadline | None) -> int:
         """An awaitData getMore's maxTimeMS: max_await_time_ms, within the
-        time left less the server's minimum round trip (the CSOT spec)."""
+        time left less the cursor's server's minimum round trip (the CSOT spec)."""
         assert self._max_await_ms is not None
         if deadline is None or not deadline.bounded:
             return self._max_await_ms
-        left = deadline.max_time_ms(self._operations.min_round_trip)
+        left = deadline.max_time_ms(self._operations.min_round_trip(self._address))
         return min(self._max_await_ms, left)
+
+    def _more(self, command: dict[str, Any], deadline: Deadline | None) -> None:
+        """The getMore round trip, retried only after retryable overload errors
+        (Client Backpressure)."""
+        def again() -> None:
+            # Never maxTimeMS on a getMore: the server reads it as the wait
+            # of an awaitData cursor, or refuses it (CSOT spec).
+            self._round_trip(command, "nextBatch", deadline, max_time=False)
+
+        try:
+            again()
+        except PyMongoError as error:
+            self._operations.retry_overloaded(error, again, command, deadline)
 
     def _read(self, reply: Mapping[str, Any], field: str) -> None:
         cursor = reply.get("cursor")
@@ -365,12 +408,19 @@ class Cursor:
             if batch is not None:
                 self._read(reply, batch)
             return
-        with ops.lease(session, Purpose.CURSOR, keep=self._keep, deadline=deadline) as conn:
+        opening = batch == "firstBatch"
+        preference = (self._read_preference if opening and self._read_preference is not None
+                      else readpref.PRIMARY)
+        with ops.lease(session, Purpose.CURSOR, keep=self._keep, deadline=deadline,
+                       preference=preference,
+                       address=None if opening else self._address) as conn:
             self._attach_lsid(command)
-            if batch == "firstBatch" and self._read_preference is not None:
-                preference = _opening_preference(self._read_preference, command, conn,
-                                                 ops.load_balanced)
-                ops.add_read_preference(command, preference, session)
+            if opening:
+                self._address = conn.address
+                if self._read_preference is not None:
+                    preference = _opening_preference(self._read_preference, command, conn,
+                                                     ops.load_balanced)
+                    ops.add_read_preference(command, preference, session, conn)
             reply = ops.send(conn, self._db, command, session, deadline, max_time)
             if batch is not None:
                 self._read(reply, batch)
@@ -453,7 +503,7 @@ def _check_max_await(max_await_ms: int | None, deadline: Deadline | None) -> Non
 
 def _reap(ops: Operations, db: str, collection: str, cursor_id: int,
           conn: Connection[Link] | None, lsid: dict[str, Any] | None,
-          give_back: ServerSession | None) -> None:
+          give_back: ServerSession | None, address: Address | None) -> None:
     """Close an abandoned cursor: killCursors in the cursor's session (its
     implicit server session, ``give_back``, goes back to the pool afterwards
     unless it was left dirty), then check its connection in."""
@@ -467,7 +517,7 @@ def _reap(ops: Operations, db: str, collection: str, cursor_id: int,
                 if conn is not None:
                     ops.send(conn, db, command, None)
                 else:
-                    with ops.lease(None, Purpose.CURSOR) as leased:
+                    with ops.lease(None, Purpose.CURSOR, address=address) as leased:
                         ops.send(leased, db, command, None)
             except ConnectionFailure:
                 dirty = True

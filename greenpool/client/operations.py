@@ -4,11 +4,15 @@ One :class:`Operations` per :class:`~greenpool.Client`. The Client, its cursors
 and its sessions all run their commands through it, with its public methods:
 
 * leasing a connection for a purpose (:meth:`~Operations.checkout`,
-  :meth:`~Operations.lease`): server selection and checkout, under the
-  operation's deadline if it has one;
+  :meth:`~Operations.lease`): server selection by the operation's read
+  preference (or the server a cursor or a transaction is bound to) and
+  checkout from that server's pool, under the operation's deadline if it has
+  one; each connection goes back to the pool it came from;
 * sending a command on it (:meth:`~Operations.send`): command events, the
-  timeoutMS rules (maxTimeMS, the round trip's time limit), SDAM's verdict on
-  errors, and the transaction labels the Transactions spec adds;
+  timeoutMS rules (maxTimeMS, the round trip's time limit), the cluster time
+  (``$clusterTime`` sent and taken from replies, the Sessions spec's gossip),
+  SDAM's verdict on errors (for the server the connection came from), and the
+  transaction labels the Transactions spec adds;
 * running a command with the retries the Retryable Reads and Writes specs
   allow (:meth:`~Operations.run_command`, :meth:`~Operations.retry_read`;
   :mod:`greenpool.client.retries` decides what is retried): the first attempt
@@ -19,7 +23,8 @@ and its sessions all run their commands through it, with its public methods:
   the transaction number its retryable writes reached, ending them all with
   ``endSessions`` at close;
 * pinning connections to load-balanced transactions and cursors, and
-  unpinning them (:meth:`~Operations.unpin`);
+  unpinning them (:meth:`~Operations.unpin`); pinning a sharded transaction to
+  the mongos its first command went to;
 * the open cursors and explicit sessions, closed and ended by :meth:`~Operations.close`.
 
 Rules. This module sits below ``client.py``, ``cursor.py`` and ``session.py``,
@@ -34,12 +39,14 @@ extra calls and context managers.
 from __future__ import annotations
 
 import contextlib
+import random
 import time
 import uuid
 import weakref
 from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+import gevent
 from bson.binary import UUID_SUBTYPE, Binary
 from bson.int64 import Int64
 from pymongo.errors import (
@@ -53,14 +60,16 @@ from pymongo.errors import (
 )
 from pymongo.read_preferences import _ServerMode
 from pymongo.server_description import ServerDescription
+from pymongo.topology_description import TOPOLOGY_TYPE
 
+from greenpool.address import Address
 from greenpool.client import readpref, retries
 from greenpool.client.commands import CommandPublisher
 from greenpool.client.sdam import Phase
-from greenpool.client.timeouts import Deadline, MinRoundTrip, check_seconds, resolve, running
+from greenpool.client.server import Server
+from greenpool.client.timeouts import Deadline, check_seconds, resolve, running
 from greenpool.client.topology import Topology
 from greenpool.pool.connection import Connection, Purpose
-from greenpool.pool.pool import Pool
 from greenpool.wire.messages import next_request_id
 
 if TYPE_CHECKING:
@@ -76,6 +85,10 @@ _END_SESSIONS_BATCH = 10_000
 _NO_ROUND_TRIP_LIMIT = 1e9
 # A commit or abort is the end of a transaction, never a transient part of it.
 _FINISHING = frozenset({"commitTransaction", "abortTransaction"})
+# A limit that stands for none (retries under a timeoutMS deadline).
+_UNLIMITED = 1 << 62
+# Where endSessions goes: any server that has sessions.
+_ANY_SERVER = readpref.make("primaryPreferred")
 
 
 class SessionLike(Protocol):
@@ -85,6 +98,15 @@ class SessionLike(Protocol):
     lsid: dict[str, Any]
     #: The connection a load-balanced transaction is pinned to.
     pinned: Connection[Link] | None
+    #: The mongos a sharded transaction is pinned to.
+    pinned_address: Address | None
+
+    @property
+    def cluster_time(self) -> Mapping[str, Any] | None:
+        """The highest $clusterTime this session has seen."""
+
+    def advance_cluster_time(self, cluster_time: Mapping[str, Any]) -> None:
+        """A reply in this session carried ``cluster_time``."""
 
     @property
     def in_transaction(self) -> bool: ...
@@ -132,12 +154,10 @@ class ServerSession:
 class Operations:
     """The machinery a Client's operations share; see the module's docstring."""
 
-    def __init__(self, pool: Pool[Link], topology: Topology, commands: CommandPublisher,
-                 min_round_trip: MinRoundTrip, *, timeout: float | None,
-                 retry_reads: bool, retry_writes: bool) -> None:
-        self.pool = pool
+    def __init__(self, topology: Topology, commands: CommandPublisher, *,
+                 timeout: float | None, retry_reads: bool, retry_writes: bool,
+                 max_adaptive_retries: int = retries.DEFAULT_MAX_ADAPTIVE_RETRIES) -> None:
         self.topology = topology
-        self.address = topology.address
         self.load_balanced = topology.load_balanced
         #: timeoutMS (seconds; None: not set, 0: no limit).
         self.timeout = timeout
@@ -145,8 +165,12 @@ class Operations:
         self.retry_reads = retry_reads
         #: retryWrites: whether retryable writes (and commit and abort) are retried.
         self.retry_writes = retry_writes
+        #: maxAdaptiveRetries: the most retries of an operation once the server
+        #: said it is overloaded (Client Backpressure).
+        self.max_adaptive_retries = max_adaptive_retries
+        #: The backoff's jitter, from [0, 1) (Client Backpressure).
+        self.jitter: Callable[[], float] = random.random
         self._commands = commands
-        self._min_round_trip = min_round_trip
         self._sessions: set[SessionLike] = set()
         self._ended_lsids: list[dict[str, Any]] = []
         self._cursors: weakref.WeakSet[_Closable] = weakref.WeakSet()
@@ -165,11 +189,12 @@ class Operations:
         """Whether :meth:`close` has begun (or finished): new work is refused."""
         return self._closing
 
-    @property
-    def min_round_trip(self) -> float:
-        """The server's minimum round-trip time in seconds, which a maxTimeMS
-        computed from a deadline leaves out (the CSOT spec)."""
-        return self._min_round_trip.value
+    def min_round_trip(self, address: Address | None) -> float:
+        """The minimum round-trip time in seconds of the server at ``address``
+        (0 for one the topology no longer has), which a maxTimeMS computed from a
+        deadline leaves out (the CSOT spec)."""
+        server = None if address is None else self.topology.servers.get(address)
+        return 0.0 if server is None else server.min_round_trip.value
 
     def check_open(self) -> None:
         """Refuse new work once closing has begun."""
@@ -193,49 +218,61 @@ class Operations:
 
     # -- leasing --------------------------------------------------------------------------
 
-    def checkout(self, purpose: Purpose, deadline: Deadline | None = None) -> Connection[Link]:
-        """A connection for ``purpose``, after server selection; check it in with
-        ``pool.checkin`` (or use :meth:`lease`, which also handles transactions)."""
+    def checkout(self, purpose: Purpose, deadline: Deadline | None = None,
+                 preference: _ServerMode = readpref.PRIMARY,
+                 address: Address | None = None) -> Connection[Link]:
+        """A connection for ``purpose`` from the server selected for
+        ``preference`` (or the server at ``address``); check it in with
+        ``conn.pool.checkin`` (or use :meth:`lease`, which also handles
+        transactions)."""
         if self._closed:
             raise InvalidOperation("the greenpool Client is closed")
+        pool = self.select_server(deadline, preference, address).pool
         if deadline is not None:
-            return self._bounded_checkout(purpose, deadline)
-        # While closing, goodbyes (killCursors, abort, endSessions) never
-        # wait for an unreachable server.
-        self.topology.select(0 if self._closing else None)
-        conn = self.pool.checkout()
+            # Establishment too, through the Client's connector, which reads
+            # the deadline this sets running.
+            with running(deadline):
+                # The CSOT spec: under timeoutMS the deprecated waitQueueTimeoutMS
+                # is ignored; the wait gets what is left of the selection's limit.
+                conn = pool.checkout(deadline.bound(None), replaces_wait_queue_timeout=True)
+        else:
+            conn = pool.checkout()
         conn.purpose = purpose
         return conn
 
-    def select(self, deadline: Deadline | None = None) -> ServerDescription:
-        """Server selection alone (the description of the server selected),
-        within the deadline if there is one (the CSOT spec's
+    def select(self, deadline: Deadline | None = None,
+               preference: _ServerMode = readpref.PRIMARY) -> ServerDescription:
+        """Server selection alone: the description of the server selected for
+        ``preference``, within the deadline if there is one (the CSOT spec's
         computedServerSelectionTimeout)."""
-        if self._closing:
-            return self.topology.select(0)
-        if deadline is None:
-            return self.topology.select()
-        return self.topology.select(deadline.bound(self.topology.server_selection_timeout))
+        return self.select_server(deadline, preference).description
 
-    def _bounded_checkout(self, purpose: Purpose, deadline: Deadline) -> Connection[Link]:
-        """Selection and checkout within the deadline; establishment too,
-        through the Client's connector, which reads the deadline this sets
-        running."""
-        self.select(deadline)
-        with running(deadline):
-            # The CSOT spec: under timeoutMS the deprecated waitQueueTimeoutMS
-            # is ignored; the wait gets what is left of the selection's limit.
-            conn = self.pool.checkout(deadline.bound(None), replaces_wait_queue_timeout=True)
-        conn.purpose = purpose
-        return conn
+    def select_server(self, deadline: Deadline | None = None,
+                      preference: _ServerMode = readpref.PRIMARY,
+                      address: Address | None = None) -> Server:
+        """:meth:`select`, giving the :class:`~greenpool.client.server.Server`
+        (the one at ``address``, if given)."""
+        topology = self.topology
+        if address is not None:
+            return topology.select_address(address)
+        if self._closing:
+            # Goodbyes (killCursors, abort, endSessions) never wait for an
+            # unreachable server.
+            return topology.select(preference, 0)
+        if deadline is None:
+            return topology.select(preference)
+        return topology.select(preference, deadline.bound(topology.server_selection_timeout))
 
     @contextlib.contextmanager
     def lease(self, session: SessionLike | None, purpose: Purpose,
               keep: Callable[[Connection[Link]], bool] | None = None, name: str = "",
-              deadline: Deadline | None = None) -> Iterator[Connection[Link]]:
+              deadline: Deadline | None = None, preference: _ServerMode = readpref.PRIMARY,
+              address: Address | None = None) -> Iterator[Connection[Link]]:
         """A connection for one operation: a transaction's pinned one, or one
-        checked out now and checked in afterwards. In load-balanced mode a
-        transaction's first command pins its connection to the session;
+        checked out now (from the server selected for ``preference``, or the
+        one at ``address``, or a sharded transaction's mongos) and checked in
+        afterwards. In load-balanced mode a transaction's first command pins
+        its connection to the session, on a sharded cluster its mongos;
         ``keep(conn)``, called after a successful operation, may pin it to
         something else (a cursor) by returning True. ``name`` is the
         command's, for the labels of a failed checkout in a transaction."""
@@ -243,8 +280,12 @@ class Operations:
             yield session.pinned
             return
         in_transaction = session is not None and session.in_transaction
+        if in_transaction and address is None:
+            assert session is not None
+            address = session.pinned_address
         try:
-            conn = self.checkout(Purpose.TRANSACTION if in_transaction else purpose, deadline)
+            conn = self.checkout(Purpose.TRANSACTION if in_transaction else purpose, deadline,
+                                 preference, address)
         except PyMongoError as error:
             # No connection (selection, wait queue, cleared pool): inside a
             # transaction that is as transient as a network error.
@@ -265,45 +306,60 @@ class Operations:
             if pinned:
                 conn.pinned = True
             elif isinstance(error, Exception):
-                self.pool.checkin(conn)  # its events before the error reaches the caller
+                conn.pool.checkin(conn)  # its events before the error reaches the caller
             else:
                 # A kill: its events later, from a new greenlet. A listener
                 # that yields here could let the greenlet's own
                 # gevent.Timeout fire and replace the kill.
-                self.pool.checkin_after_error(conn)
+                conn.pool.checkin_after_error(conn)
             raise
         if pinned:
             conn.pinned = True  # its holder's report says so until unpin
         else:
-            self.pool.checkin(conn)
+            conn.pool.checkin(conn)
 
     # -- pinning --------------------------------------------------------------------------
 
     def _pin_to_transaction(self, session: SessionLike | None, conn: Connection[Link]) -> bool:
-        if (session is None or not self.load_balanced or not session.in_transaction
-                or conn.error is not None):
+        """Pin a transaction (Transactions spec): in load-balanced mode to
+        ``conn`` (True: keep it checked out), on a sharded cluster to its mongos."""
+        if session is None or not session.in_transaction:
+            return False
+        if not self.load_balanced:
+            if (session.pinned_address is None
+                    and self.topology.description.topology_type == TOPOLOGY_TYPE.Sharded):
+                session.pinned_address = conn.address
+            return False
+        if conn.error is not None:
             return False
         session.pinned = conn
         return True
 
     def unpin(self, conn: Connection[Link]) -> None:
         """Check in a connection a session or a cursor was pinned to."""
-        self.pool.checkin(conn)
+        conn.pool.checkin(conn)
 
     # -- sending --------------------------------------------------------------------------
 
     def add_read_preference(self, document: dict[str, Any], preference: _ServerMode,
-                            session: SessionLike | None) -> None:
-        """Add ``$readPreference`` to a read command about to go to the
-        selected server, where the Server Selection spec says (after
-        selection: it depends on the server's type); a write
+                            session: SessionLike | None, conn: Connection[Link]) -> None:
+        """Add ``$readPreference`` to a read command about to go out on
+        ``conn``, where the Server Selection spec says (after selection: it
+        depends on the type of the server ``conn`` came from); a write
         (:data:`readpref.WRITE <greenpool.client.readpref.WRITE>`) carries none."""
-        if preference is readpref.WRITE or (
-                preference is readpref.PRIMARY and self.topology.plain_primary_reads):
-            return  # the common cases, ahead of command_field's general one
+        if preference is readpref.WRITE:
+            return
+        server = self.topology.server_of(conn)
+        if server is not None:
+            self._add_read_preference(document, preference, session, server)
+
+    def _add_read_preference(self, document: dict[str, Any], preference: _ServerMode,
+                             session: SessionLike | None, server: Server) -> None:
+        if preference is readpref.PRIMARY and server.plain_primary_reads:
+            return  # the common case, ahead of command_field's general one
         field = readpref.command_field(
             preference, load_balanced=self.load_balanced,
-            server_type=self.topology.server.server_type,
+            server_type=server.description.server_type, direct=self.topology.direct,
             in_transaction=session is not None and session.in_transaction)
         if field is not None:
             document["$readPreference"] = field
@@ -323,7 +379,9 @@ class Operations:
             # One reading of the clock: what is checked is what is used.
             left = deadline.remaining()
             if max_time:
-                command["maxTimeMS"] = deadline.max_time_ms(self._min_round_trip.value, left)
+                server = self.topology.server_of(conn)
+                command["maxTimeMS"] = deadline.max_time_ms(
+                    server.min_round_trip.value if server is not None else 0.0, left)
             elif left <= 0:
                 raise deadline.exceeded(f"no time left for {next(iter(command))}")
             round_trip = left
@@ -331,16 +389,19 @@ class Operations:
             # timeoutMS=0: no limit, and socketTimeoutMS no longer applies
             # (the link's None would mean socketTimeoutMS).
             round_trip = _NO_ROUND_TRIP_LIMIT
+        cluster_time = self.topology.cluster_time
         if session is not None:
             session.sending(command)
+            cluster_time = _later(cluster_time, session.cluster_time)
+        if cluster_time is not None:
+            command["$clusterTime"] = cluster_time
         events = self._commands
         if not events.listeners:
             # The hot path: no command events, so no request ID or clock of our own.
             try:
                 reply = link.command(dbname, command, timeout=round_trip)
             except PyMongoError as error:
-                self.topology.handle_error(error, Phase.OPERATION, conn)
-                _session_error(session, next(iter(command)), error)
+                self._failed(error, conn, session, next(iter(command)))
                 raise
             except BaseException as error:
                 # Not a refusal nor a network error (a bug, an unencodable
@@ -348,10 +409,30 @@ class Operations:
                 # known to be clean, so checkin closes it.
                 conn.mark_errored(error)
                 raise
+            if "$clusterTime" in reply:
+                self._gossip(reply, session)
             if session is not None:
                 session.received(reply)
             return reply
         return self._send_with_events(conn, link, dbname, command, session, round_trip)
+
+    def _gossip(self, reply: Mapping[str, Any], session: SessionLike | None) -> None:
+        """A reply's ``$clusterTime`` advances the client's and the session's
+        (one that is not a well-formed cluster time is not kept)."""
+        cluster_time = reply["$clusterTime"]
+        if self.topology.advance_cluster_time(cluster_time) and session is not None:
+            session.advance_cluster_time(cluster_time)
+
+    def _failed(self, error: PyMongoError, conn: Connection[Link],
+                session: SessionLike | None, name: str) -> None:
+        """A round trip failed with ``error``: gossip a refusal's cluster time,
+        apply SDAM's rules, tell the session (its operationTime, a transaction's
+        labels)."""
+        details = getattr(error, "details", None)
+        if isinstance(details, Mapping) and "$clusterTime" in details:
+            self._gossip(details, session)
+        self.topology.handle_error(error, Phase.OPERATION, conn)
+        _session_error(session, name, error)
 
     def _send_with_events(self, conn: Connection[Link], link: Link, dbname: str,
                           command: dict[str, Any], session: SessionLike | None,
@@ -361,24 +442,26 @@ class Operations:
         request_id = next_request_id()
         events = self._commands
         service_id, server_id = conn.service_id, link.server_connection_id
-        events.started(command, dbname, request_id, self.address, service_id, server_id)
+        address = conn.address
+        events.started(command, dbname, request_id, address, service_id, server_id)
         started = time.perf_counter()
         try:
             reply = link.command(dbname, command, request_id=request_id, timeout=round_trip)
         except PyMongoError as error:
             events.failed(time.perf_counter() - started, error, command, dbname,
-                          request_id, self.address, service_id, server_id)
-            self.topology.handle_error(error, Phase.OPERATION, conn)
-            _session_error(session, name, error)
+                          request_id, address, service_id, server_id)
+            self._failed(error, conn, session, name)
             raise
         except BaseException as error:
             conn.mark_errored(error)  # as in send
             if isinstance(error, Exception):
                 events.failed(time.perf_counter() - started, error, command, dbname,
-                              request_id, self.address, service_id, server_id)
+                              request_id, address, service_id, server_id)
             raise
+        if "$clusterTime" in reply:
+            self._gossip(reply, session)
         events.succeeded(time.perf_counter() - started, reply, name, dbname, request_id,
-                         self.address, service_id, server_id)
+                         address, service_id, server_id)
         if session is not None:
             session.received(reply)
         return reply
@@ -416,7 +499,8 @@ class Operations:
         if (retry is not False and next(iter(command)) in retries.WRITE_COMMANDS
                 and (retry or self.retry_writes) and retries.is_retryable_write(command)
                 and (session is None or not session.in_transaction)):
-            server = self.select(deadline)  # its error is the caller's to see
+            # Its error is the caller's to see.
+            server = self.select(deadline, preference)
             if server.retryable_writes_supported:
                 return self._run_write(dbname, command, session, deadline, preference, server)
         try:
@@ -432,22 +516,31 @@ class Operations:
                       preference: _ServerMode) -> dict[str, Any]:
         if session is None and deadline is None:
             # The hot path: plain try/finally rather than context managers,
-            # which cost a few microseconds per command.
-            conn = self.checkout(Purpose.OTHER)
+            # which cost a few microseconds per command; selection's shortcut
+            # (the one server primary reads go to) inline.
+            if self._closed:
+                raise InvalidOperation("the greenpool Client is closed")
+            server = self.topology.primary_server
+            if server is None or preference is not readpref.PRIMARY:
+                server = self.select_server(None, preference)
+            pool = server.pool
+            conn = pool.checkout()
+            conn.purpose = Purpose.OTHER
             try:
-                self.add_read_preference(command, preference, None)
+                if preference is not readpref.PRIMARY or not server.plain_primary_reads:
+                    self._add_read_preference(command, preference, None, server)
                 reply = self.send_in_implicit_session(conn, dbname, command)
             except Exception:
-                self.pool.checkin(conn)
+                pool.checkin(conn)
                 raise
             except BaseException:
-                self.pool.checkin_after_error(conn)  # a kill: no yield, see lease
+                pool.checkin_after_error(conn)  # a kill: no yield, see lease
                 raise
-            self.pool.checkin(conn)
+            pool.checkin(conn)
             return reply
         with self.lease(session, Purpose.OTHER, name=next(iter(command)),
-                        deadline=deadline) as conn:
-            self.add_read_preference(command, preference, session)
+                        deadline=deadline, preference=preference) as conn:
+            self.add_read_preference(command, preference, session, conn)
             if session is None:
                 return self.send_in_implicit_session(conn, dbname, command, deadline)
             return self.send(conn, dbname, command, session, deadline)
@@ -458,13 +551,34 @@ class Operations:
         """``error`` ended the first attempt of ``command``: re-raise it, or
         retry with ``again`` as the Retryable Reads spec says (once; under
         a timeoutMS deadline, while time is left) if ``command`` is a read it
-        retries (or ``retry`` is True) and ``error`` is retryable. Call it in
-        the ``except`` clause that caught ``error``."""
-        if (retry is False or (session is not None and session.in_transaction)
-                or not retries.is_retryable_read_error(error)
-                or not (retry or (self.retry_reads and retries.is_retryable_read(command)))):
+        retries (or ``retry`` is True) and ``error`` is retryable; or, after a
+        retryable overload error, as the Client Backpressure spec says (any
+        command its policy allows, after a backoff). Call it in the
+        ``except`` clause that caught ``error``."""
+        if retry is False or (session is not None and session.in_transaction):
             raise error
-        return self._retry(error, again, retries.is_retryable_read_error, deadline)
+        reads = retry or (self.retry_reads and retries.is_retryable_read(command))
+        overloads = retry or retries.overload_retry_allowed(
+            command, retry_reads=self.retry_reads, retry_writes=self.retry_writes)
+
+        def retryable(failed: PyMongoError) -> bool:
+            return bool((reads and retries.is_retryable_read_error(failed))
+                        or (overloads and retries.is_retryable_overload(failed)))
+
+        if not retryable(error):
+            raise error
+        return self._retry(error, again, retryable, deadline)
+
+    def retry_overloaded(self, error: PyMongoError, again: Callable[[], R],
+                         command: dict[str, Any], deadline: Deadline | None) -> R:
+        """``error`` ended an attempt of ``command`` that no other policy
+        retries (a getMore): re-raise it, or retry with ``again`` after a
+        backoff if it is a retryable overload error the Client Backpressure
+        spec's policy allows for ``command``."""
+        if not (retries.is_retryable_overload(error) and retries.overload_retry_allowed(
+                command, retry_reads=self.retry_reads, retry_writes=self.retry_writes)):
+            raise error
+        return self._retry(error, again, retries.is_retryable_overload, deadline)
 
     def _run_write(self, dbname: str, command: dict[str, Any], session: SessionLike | None,
                    deadline: Deadline | None, preference: _ServerMode,
@@ -485,7 +599,7 @@ class Operations:
                 return self._write_once(dbname, command, session, deadline, preference,
                                         implicit, server)
             except PyMongoError as error:
-                if not error.has_error_label(retries.RETRYABLE_WRITE_ERROR):
+                if not _labelled_retryable(error):
                     raise
                 return self._retry(
                     error, lambda: self._write_once(dbname, command, session, deadline,
@@ -518,8 +632,9 @@ class Operations:
             raise
 
     def _select_for_retry(self, deadline: Deadline | None) -> ServerDescription:
-        """The server for a retry of a write; a retry needs one that supports
-        retryable writes, else the previous error is the one to report."""
+        """The server for a retry of a write, selected afresh (after a stepdown,
+        the new primary); a retry needs one that supports retryable writes,
+        else the previous error is the one to report."""
         server = self.select(deadline)
         if not server.retryable_writes_supported:
             raise _Unsupported
@@ -529,12 +644,28 @@ class Operations:
                retryable: Callable[[PyMongoError], bool], deadline: Deadline | None) -> R:
         """The attempts after a first one failed with ``error`` (retryable):
         one more, or under a timeoutMS deadline as many as it allows, each on
-        a server selected afresh. The error reported is the last one from an
-        attempt that reached the server (an earlier one if a retry found no
-        server or no connection, or the server did nothing); once a deadline
-        has expired it is a timeout error, as the CSOT spec says."""
-        reported = error
+        a server selected afresh; once an overload error came, at most
+        maxAdaptiveRetries in all, each after an overload error waiting its
+        backoff first (Client Backpressure), unless that wait would outlast
+        the deadline. The error reported is the last one from an attempt that
+        reached the server (an earlier one if a retry found no server or no
+        connection, or the server did nothing); once a deadline has expired it
+        is a timeout error, as the CSOT spec says."""
+        reported = last = error
+        allowed = 1 if deadline is None else _UNLIMITED
+        attempt = 0
         while True:
+            attempt += 1
+            overloaded = retries.is_overloaded(last)
+            if overloaded:
+                allowed = self.max_adaptive_retries
+            if attempt > allowed:
+                raise reported
+            if overloaded:
+                pause = retries.backoff(attempt, last, self.jitter())
+                if deadline is not None and deadline.bounded and pause >= deadline.remaining():
+                    raise reported
+                gevent.sleep(pause)
             if deadline is not None and deadline.expired():
                 raise _timed_out(deadline, reported)
             try:
@@ -542,11 +673,12 @@ class Operations:
             except _Unsupported:
                 raise reported from None
             except PyMongoError as failed:
+                last = failed
                 if not retries.no_attempt_made(failed):
                     reported = failed
                 if deadline is not None and deadline.expired():
                     raise _timed_out(deadline, failed if failed.timeout else reported) from None
-                if deadline is None or not retryable(failed):
+                if not retryable(failed):
                     raise reported from None
 
     # -- implicit sessions (Sessions spec) ------------------------------------------------
@@ -615,11 +747,13 @@ class Operations:
         """Tell the server the sessions are over (best effort, as drivers do)."""
         lsids = self._ended_lsids + [each.lsid for each in self._server_sessions]
         self._ended_lsids, self._server_sessions = [], []
-        if not lsids or not self.topology.server.is_server_type_known:
+        if not lsids:
             return
         for start in range(0, len(lsids), _END_SESSIONS_BATCH):
             batch = lsids[start:start + _END_SESSIONS_BATCH]
-            with contextlib.suppress(PyMongoError), self.lease(None, Purpose.OTHER) as conn:
+            # Any server with sessions, as known now (closing: no waiting).
+            with contextlib.suppress(PyMongoError), self.lease(
+                    None, Purpose.OTHER, preference=_ANY_SERVER) as conn:
                 self.send(conn, "admin", {"endSessions": batch}, None)
 
     # -- what is open, and closing --------------------------------------------------------
@@ -665,7 +799,10 @@ class _Unsupported(Exception):
 
 
 def _labelled_retryable(error: PyMongoError) -> bool:
-    return error.has_error_label(retries.RETRYABLE_WRITE_ERROR)
+    """A retryable write's retryable error: labelled RetryableWriteError, or a
+    retryable overload error (Client Backpressure)."""
+    return (error.has_error_label(retries.RETRYABLE_WRITE_ERROR)
+            or retries.is_retryable_overload(error))
 
 
 def _timed_out(deadline: Deadline, error: PyMongoError) -> PyMongoError:
@@ -695,3 +832,11 @@ def _transaction_error(session: SessionLike | None, name: str, error: PyMongoErr
             and not error.has_error_label("TransientTransactionError")):
         error._add_error_label("TransientTransactionError")
     session.forget_pin_after(error)
+
+
+def _later(first: Mapping[str, Any] | None,
+           second: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """The later of two $clusterTime documents (either may be None)."""
+    if first is None or second is None:
+        return first if second is None else second
+    return second if second["clusterTime"] > first["clusterTime"] else first

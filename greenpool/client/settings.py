@@ -101,11 +101,10 @@ class ClientSettings:
     does not.
 
     ``extra`` holds the options greenpool validates but does not use (``w``,
-    ``journal``, ``readConcernLevel``, ``localThresholdMS``,
-    ``uuidRepresentation``...), keyed by lower-case option name since option
-    names are case-insensitive: booleans as ``bool``, counts and milliseconds
-    as numbers, the rest as strings. It is there so nothing in a connection
-    string is silently lost.
+    ``journal``, ``readConcernLevel``, ``uuidRepresentation``...), keyed by
+    lower-case option name since option names are case-insensitive: booleans
+    as ``bool``, counts and milliseconds as numbers, the rest as strings. It
+    is there so nothing in a connection string is silently lost.
     """
 
     hosts: tuple[Address, ...]
@@ -134,7 +133,11 @@ class ClientSettings:
     tls_allow_invalid_hostnames: bool = False
     tls_insecure: bool = False
     heartbeat_frequency: float = 10.0
+    #: serverMonitoringMode: "auto" (the default), "stream" or "poll".
+    server_monitoring_mode: str = "auto"
     server_selection_timeout: float = 30.0
+    #: localThresholdMS: the latency window of server selection.
+    local_threshold: float = 0.015
     direct_connection: bool = False
     replica_set: str | None = None
     #: The host of a mongodb+srv:// URI, whose SRV records gave ``hosts``.
@@ -143,6 +146,9 @@ class ClientSettings:
     srv_service_name: str = "mongodb"
     retry_reads: bool = True
     retry_writes: bool = True
+    #: maxAdaptiveRetries: the most retries of an operation the server said is
+    #: overloaded (Client Backpressure).
+    max_adaptive_retries: int = 2
     #: The readPreference mode, in the spec's camel case.
     read_preference: str = "primary"
     #: readPreferenceTags: the tag sets, in order (none means any server).

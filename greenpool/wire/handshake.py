@@ -22,6 +22,7 @@ from __future__ import annotations
 import datetime
 import functools
 import math
+import os
 import platform
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -41,11 +42,13 @@ __all__ = [
     "MAX_APP_NAME_SIZE",
     "MAX_METADATA_SIZE",
     "MAX_WIRE_VERSION",
+    "MIN_SERVER_VERSION",
     "MIN_WIRE_VERSION",
     "check_app_name",
     "check_hello_fields",
     "check_hello_reply",
     "client_metadata",
+    "faas_platforms",
     "hello_command",
     "trim_metadata",
 ]
@@ -57,7 +60,8 @@ MAX_APP_NAME_SIZE = 128
 #: The wire versions greenpool speaks: the same range as the PyMongo it builds on.
 MIN_WIRE_VERSION: int = common.MIN_SUPPORTED_WIRE_VERSION
 MAX_WIRE_VERSION: int = common.MAX_SUPPORTED_WIRE_VERSION
-_MIN_SERVER_VERSION: str = common.MIN_SUPPORTED_SERVER_VERSION
+#: The oldest MongoDB release that speaks MIN_WIRE_VERSION.
+MIN_SERVER_VERSION: str = common.MIN_SUPPORTED_SERVER_VERSION
 
 #: The Load Balancer spec's exact message for a hello reply without ``serviceId``.
 LOAD_BALANCER_UNSUPPORTED = (
@@ -127,6 +131,29 @@ def client_metadata(app_name: str | None = None) -> dict[str, Any]:
     return trim_metadata(metadata)
 
 
+def faas_platforms(environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """The function-as-a-service platforms the environment (``os.environ`` by
+    default) says the process runs on, by the handshake spec's names and
+    rules for ``client.env``: ``aws.lambda`` (``AWS_EXECUTION_ENV`` starting
+    with ``AWS_Lambda_``, or ``AWS_LAMBDA_RUNTIME_API``), ``azure.func``
+    (``FUNCTIONS_WORKER_RUNTIME``), ``gcp.func`` (``K_SERVICE`` or
+    ``FUNCTION_NAME``) and ``vercel`` (``VERCEL``); a variable counts when
+    it is not empty.
+
+    >>> faas_platforms({"AWS_EXECUTION_ENV": "AWS_Lambda_python3.12"})
+    ('aws.lambda',)
+    """
+    env = os.environ if environ is None else environ
+    found = {
+        "aws.lambda": (env.get("AWS_EXECUTION_ENV", "").startswith("AWS_Lambda_")
+                       or bool(env.get("AWS_LAMBDA_RUNTIME_API"))),
+        "azure.func": bool(env.get("FUNCTIONS_WORKER_RUNTIME")),
+        "gcp.func": bool(env.get("K_SERVICE") or env.get("FUNCTION_NAME")),
+        "vercel": bool(env.get("VERCEL")),
+    }
+    return tuple(name for name, present in found.items() if present)
+
+
 def _size(document: Mapping[str, Any]) -> int:
     return len(bson.encode(document))
 
@@ -190,7 +217,9 @@ def hello_command(
     """The initial handshake command for a new connection.
 
     ``isMaster`` (the legacy hello, for OP_QUERY) unless ``load_balanced``,
-    which needs ``hello`` over OP_MSG and adds ``loadBalanced: true``.
+    which needs ``hello`` over OP_MSG and adds ``loadBalanced: true``;
+    ``backpressure: true`` tells the server greenpool backs off from its
+    overload errors (the Client Backpressure spec).
     ``compressors`` are the ones the client offers, in order of preference
     (``compression`` is left out when there are none);
     ``auth_fields`` come from :func:`greenpool.wire.auth.handshake_fields`
@@ -198,6 +227,8 @@ def hello_command(
     """
     command: dict[str, Any] = {"hello" if load_balanced else "isMaster": 1, "helloOk": True}
     command["client"] = client_metadata(app_name)
+    # The Client Backpressure spec: greenpool backs off from overload errors.
+    command["backpressure"] = True
     offered = list(compressors)
     if offered:
         command["compression"] = offered
@@ -229,7 +260,7 @@ def check_hello_reply(
         raise PyMongoConfigurationError(
             f"Server at {format_address(address)} speaks wire versions {low} through {high}, "
             f"but greenpool {__version__} speaks {MIN_WIRE_VERSION} through {MAX_WIRE_VERSION} "
-            f"(MongoDB {_MIN_SERVER_VERSION} and newer): the server is {verdict}"
+            f"(MongoDB {MIN_SERVER_VERSION} and newer): the server is {verdict}"
         )
 
 

@@ -59,6 +59,7 @@ from typing import Any, TypeVar
 
 from bson.codec_options import CodecOptions
 from bson.objectid import ObjectId
+from gevent.hub import get_hub, getcurrent
 from pymongo.errors import AutoReconnect, NetworkTimeout
 
 from greenpool.address import Address, format_address, parse_address
@@ -93,6 +94,8 @@ from greenpool.wire.sockets import EstablishmentTimedOut, open_socket
 __all__ = ["Link", "LinkOptions"]
 
 _R = TypeVar("_R")
+# libev's event mask for "readable".
+_READ = 1
 
 
 class _PeerClosed(Exception):
@@ -112,7 +115,7 @@ class Link:
     __slots__ = (
         "_broken", "_busy", "_closed", "_compressor", "_connection", "_hello", "_interrupted",
         "_max_message_size", "_more_to_come", "_sock", "_speculative", "_spoke_mongodb",
-        "address", "options",
+        "_waiting", "address", "options",
     )
 
     def __init__(
@@ -142,6 +145,8 @@ class Link:
         # the last reply's id (the next reply answers one of them).
         self._more_to_come: tuple[int, int] | None = None
         self._speculative: ScramConversation | None = None
+        # The wait_readable() in progress, which close() ends.
+        self._waiting: _StreamWait | None = None
         # A well-formed MongoDB message came back: whatever fails after that,
         # the peer is a MongoDB server (or speaks like one).
         self._spoke_mongodb = False
@@ -402,6 +407,81 @@ class Link:
                 request_id, (last_reply_id, request_id), deadline, stream=True)
         return check_reply(message.document)
 
+    # -- streams waited for in the background ------------------------------------------------
+
+    def start_stream(self, db: str, command: Mapping[str, Any], *,
+                     timeout: float | None = None) -> None:
+        """Send ``command`` on database ``db`` with exhaustAllowed, without
+        reading a reply: :attr:`more_to_come` is true from now on, and each
+        reply (the first included) is read with :meth:`receive`, after
+        :meth:`wait_readable` if the wait must not hold the hub.
+
+        ``timeout`` bounds the send (default: the options' ``socket_timeout``).
+        Raises as :meth:`command` does; a failed send breaks the link.
+        """
+        self._check_usable()
+        self._busy = True  # compressing may yield; nothing is sent yet
+        try:
+            request_id, data = encode_command(
+                command, db, exhaust_allowed=True, compressor=self._compressor,
+                max_message_size=self._max_message_size,
+            )
+        finally:
+            self._busy = False
+        with self._exchange(timeout) as deadline:
+            self._send(data, deadline)
+        # The first reply answers the request itself.
+        self._more_to_come = (request_id, request_id)
+
+    def wait_readable(self, *, timeout: float | None = None) -> None:
+        """Wait until the server has sent something (or closed the
+        connection), at most ``timeout`` (default: the options'
+        ``socket_timeout``); nothing is read.
+
+        For a reader that waits long and must decide between the wait and
+        the read, as the streaming monitor does (a forked child must not
+        read its parent's stream). The wait holds no reference on gevent's
+        loop, so a greenlet waiting here never keeps ``Hub.join()`` (or the
+        end of a program) waiting; :meth:`close` ends it at once. Running out
+        of time raises :class:`pymongo.errors.NetworkTimeout` and breaks the
+        link, as a timed out read would.
+        """
+        self._check_idle()
+        with self._exchange(timeout) as deadline:
+            self._wait_readable(deadline)
+
+    def _wait_readable(self, deadline: float | None) -> None:
+        sock = self._sock
+        pending = getattr(sock, "pending", None)
+        if pending is not None and pending():
+            return  # TLS bytes already decrypted: the socket itself may stay quiet
+        seconds = _remaining(deadline)
+        hub = get_hub()
+        wait = _StreamWait(getcurrent(), hub.loop.io(sock.fileno(), _READ, ref=False),
+                           None if seconds is None else hub.loop.timer(seconds, ref=False))
+        self._waiting = wait
+        try:
+            wait.watcher.start(self._wake, wait, _READABLE)
+            if wait.timer is not None:
+                wait.timer.start(self._wake, wait, _TIMED_OUT)
+            while True:
+                woken = hub.switch()
+                if type(woken) is tuple and woken[0] is wait:
+                    break
+            outcome = woken[1]
+        finally:
+            self._waiting = None
+            wait.close()
+        if outcome is _TIMED_OUT:
+            raise TimeoutError("timed out")
+        if outcome is _CLOSED:
+            raise ConnectionAbortedError("the link was closed")
+
+    def _wake(self, wait: _StreamWait, outcome: object) -> None:
+        """In the hub: resume the greenlet of ``wait`` if it still waits."""
+        if self._waiting is wait:
+            wait.greenlet.switch((wait, outcome))
+
     def _legacy_command(self, db: str, command: Mapping[str, Any]) -> dict[str, Any]:
         self._check_usable()
         request_id, data = encode_query(command, db, max_message_size=self._max_message_size)
@@ -597,11 +677,39 @@ class Link:
         if self._closed:
             return
         self._closed = True
+        wait = self._waiting
+        if wait is not None:
+            # A wait_readable() in progress: its watchers stop before the
+            # descriptor closes, and it wakes on the hub's next turn.
+            wait.close()
+            get_hub().loop.run_callback(self._wake, wait, _CLOSED)
         self._sock.close()
 
     def __repr__(self) -> str:
         state = "broken" if self._broken else "closed" if self._closed else "open"
         return f"<greenpool.Link to {format_address(self.address)}, {state}>"
+
+
+# What wakes a wait_readable().
+_READABLE = object()
+_TIMED_OUT = object()
+_CLOSED = object()
+
+
+class _StreamWait:
+    """A wait_readable() in progress: the greenlet that waits and its watchers."""
+
+    __slots__ = ("greenlet", "timer", "watcher")
+
+    def __init__(self, greenlet: Any, watcher: Any, timer: Any) -> None:
+        self.greenlet = greenlet
+        self.watcher = watcher
+        self.timer = timer
+
+    def close(self) -> None:
+        self.watcher.close()
+        if self.timer is not None:
+            self.timer.close()
 
 
 def _remaining(deadline: float | None) -> float | None:

@@ -24,7 +24,7 @@ from pymongo import MongoClient
 
 from tests.unified.deployment import Deployment
 from tests.unified.files import load_file
-from tests.unified.runner import ClientFactory, NotApplicable, Runner, client_uri
+from tests.unified.runner import ClientFactory, NotApplicable, Runner
 
 
 @dataclass(frozen=True)
@@ -99,12 +99,10 @@ def ids(cases: list[tuple[str, str]]) -> list[str]:
 
 
 def greenpool_client(uri: str, **kwargs: Any) -> Any:
-    """``greenpool.Client`` on ``uri``, connected straight to its one server
-    (``directConnection=true``): the Client does not discover replica sets, so where the
-    reference discovers the one-node set, greenpool's client talks to its member directly."""
+    """``greenpool.Client`` on ``uri``: it discovers the deployment as the reference does."""
     import greenpool
 
-    return greenpool.Client(client_uri(uri, {"directConnection": True}), **kwargs)
+    return greenpool.Client(uri, **kwargs)
 
 
 #: The client factories every case runs on: stock PyMongo's (the reference) and greenpool's.
