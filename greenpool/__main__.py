@@ -7,10 +7,11 @@ Commands:
 
 ``check URI``
     connect to MongoDB as greenpool would and report (see :mod:`greenpool.cli.check`).
-``server [--port N] [--replset] [--auth USER:PASS] [--tls]``
+``server [--port N] [--replset [N]] [--auth USER:PASS] [--tls]``
     run an embedded SecantusDB on 127.0.0.1 in the foreground until Ctrl-C or
-    SIGTERM, printing its URI (see :mod:`greenpool.cli.embedded`; needs the
-    ``demo`` extra).
+    SIGTERM, printing its URI; with ``--replset N``, a replica set of N member
+    processes in front of it (see :mod:`greenpool.cli.server`; needs the ``demo``
+    extra).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import sys
 from collections.abc import Sequence
 
 USAGE = ("usage: python -m greenpool check URI [--timeout SECONDS]\n"
-         "       python -m greenpool server [--port N] [--replset] [--auth USER:PASS] [--tls]\n"
+         "       python -m greenpool server [--port N] [--replset [N]] [--auth USER:PASS] [--tls]\n"
          "(each command takes --help)")
 
 
@@ -34,7 +35,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return check(args[1:])
     if args[0] == "server":
-        from greenpool.cli.embedded import main as server
+        from greenpool.cli.server import main as server
 
         return server(args[1:])
     print(f"greenpool: unknown command {args[0]!r}\n{USAGE}", file=sys.stderr)

@@ -3,6 +3,7 @@ interfaces define, and a pool listener base that ignores every event."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import gevent
@@ -40,6 +41,15 @@ class AllEvents(
 
     def clear(self) -> None:
         self.events.clear()
+
+    def until(self, predicate: Callable[[], object], what: str,
+              timeout: float = 30.0) -> None:
+        """Wait until ``predicate()`` is true, checked after each event."""
+        with gevent.Timeout(timeout, AssertionError(
+                f"not {what} within {timeout}s; saw {self.names(object)}")):
+            while not predicate():
+                self._changed.clear()
+                self._changed.wait()
 
     def wait_for(self, kind: type, count: int = 1, timeout: float = 10.0) -> list[Any]:
         with gevent.Timeout(timeout, AssertionError(

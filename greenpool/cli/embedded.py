@@ -13,7 +13,7 @@ that process::
             client.command("admin", {"ping": 1})
 
 It is for demos and experiments, not for production data. From a shell,
-``python -m greenpool server`` runs one in the foreground.
+``python -m greenpool server`` runs one in the foreground (:mod:`greenpool.cli.server`).
 
 The server never outlives the program that started it: a small watchdog
 process between the two stops the server and deletes its files as soon as
@@ -23,18 +23,14 @@ or SIGKILL).
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
-import shlex
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import quote
 
@@ -83,8 +79,9 @@ class EmbeddedServer:
     set named ``secantus`` (transactions need it); otherwise the server is a
     standalone. ``auth=("user", "password")`` creates that user (role ``root``)
     and requires SCRAM-SHA-256 authentication; ``tls=True`` serves TLS only, with
-    a certificate authority made for this server (``ca_file``). :attr:`uri`
-    carries what a client needs for all of these::
+    a certificate authority made for this server (``ca_file``);
+    ``test_commands=True`` enables the commands tests use (``configureFailPoint``).
+    :attr:`uri` carries what a client needs for all of these::
 
         with EmbeddedServer(auth=("app", "secret")) as server:
             print(server.uri)   # mongodb://app:secret@127.0.0.1:PORT/?authSource=admin
@@ -96,7 +93,7 @@ class EmbeddedServer:
 
     def __init__(self, startup_timeout: float = 30.0, *, port: int = 0,
                  replica_set: bool = False, auth: tuple[str, str] | None = None,
-                 tls: bool = False) -> None:
+                 tls: bool = False, test_commands: bool = False) -> None:
         if not 0 <= port <= 65535:
             raise ConfigurationError(f"port must be 0 (a free one) to 65535, not {port!r}")
         if auth is not None and (not auth[0] or not auth[1]):
@@ -105,6 +102,7 @@ class EmbeddedServer:
         self.startup_timeout = startup_timeout
         self.port = port
         self.replica_set = replica_set
+        self.test_commands = test_commands
         self.auth = auth
         self.tls = tls
         self._fixed_port = port
@@ -201,6 +199,8 @@ class EmbeddedServer:
                    "--port", str(self.port), "--storage-path", storage]
         if not self.replica_set:
             command.append("--standalone")
+        if self.test_commands:
+            command.append("--enable-test-commands")
         watchdog = Path(__file__).with_name("_serverwatch.py")
         self._watchdog = subprocess.Popen(
             [sys.executable, "-I", str(watchdog), str(scratch), str(self.port),
@@ -264,63 +264,3 @@ class EmbeddedServer:
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
-
-
-class _Stopped(Exception):
-    """SIGTERM or SIGINT arrived."""
-
-
-def _raise_stopped(signum: int, frame: object) -> None:
-    raise _Stopped
-
-
-def main(argv: Sequence[str]) -> int:
-    """``python -m greenpool server``: run an embedded server until Ctrl-C or SIGTERM."""
-    parser = argparse.ArgumentParser(
-        prog="python -m greenpool server",
-        description="Run SecantusDB (a MongoDB-compatible server, in memory) on 127.0.0.1 "
-                    "in the foreground, print its URI, and stop it on Ctrl-C or SIGTERM.")
-    parser.add_argument("--port", type=int, default=27017,
-                        help="the port to listen on (default 27017; 0 picks a free one)")
-    parser.add_argument("--replset", action="store_true",
-                        help="present a one-node replica set 'secantus' (for transactions)")
-    parser.add_argument("--auth", metavar="USER:PASS",
-                        help="create this user (role root) and require authentication")
-    parser.add_argument("--tls", action="store_true",
-                        help="serve TLS only, with a CA made for this server")
-    args = parser.parse_args(argv)
-    auth = None
-    if args.auth is not None:
-        user, colon, password = args.auth.partition(":")
-        if not colon or not user or not password:
-            parser.error(f"--auth wants USER:PASS, not {args.auth!r}")
-        auth = (user, password)
-    # Both raise in the main thread, wherever it is (starting, waiting), so the server
-    # is stopped in order and the command ends without a traceback.
-    signal.signal(signal.SIGTERM, _raise_stopped)
-    signal.signal(signal.SIGINT, _raise_stopped)
-    server = EmbeddedServer(port=args.port, replica_set=args.replset, auth=auth,
-                            tls=args.tls)
-    try:
-        try:
-            server.start()
-        except ConfigurationError as error:
-            print(f"greenpool server: {error}", file=sys.stderr)
-            return 1
-        kind = "a one-node replica set 'secantus'" if args.replset else "a standalone"
-        storage = "in memory" if auth is None else "data in a temporary directory"
-        print(f"SecantusDB ({kind}, {storage}) on {HOST}:{server.port}, pid {server.pid}; "
-              "Ctrl-C or SIGTERM stops it.")
-        print(f"URI: {server.uri}")
-        print("In another shell:")
-        print(f"export MONGODB_URI={shlex.quote(server.uri)}", flush=True)
-        while True:
-            signal.pause()
-    except _Stopped:
-        print("stopping", flush=True)
-        return 0
-    finally:
-        # A second Ctrl-C must not interrupt the stop itself (and print a traceback).
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        server.stop()
