@@ -1,6 +1,7 @@
 """Instructions per ping, counted by Valgrind: the Client against the floor, without noise.
 
     .venv/bin/python benchmarks/instructions.py [--against DIR] [--ops 1000] [--jobs 2]
+                                                [--replset]
 
 CPU time per operation on a shared machine moves by 20-40% from run to run
 (bench.py's tables). This counts instead the user-space instructions the
@@ -18,7 +19,9 @@ bench.py's), and greenpool.Client with maxPoolSize 10 at 10 and at 1000
 greenlets, without a listener and with one that implements all 11 CMAP
 methods (as bench.py's). ``--against DIR`` runs the Client contenders again
 with DIR's greenpool (``git worktree add /tmp/before main``), in an
-interpreter started with ``-S`` and DIR first on ``PYTHONPATH``.
+interpreter started with ``-S`` and DIR first on ``PYTHONPATH``. ``--replset``
+runs every contender against a one-node replica set instead of a standalone
+(the Client discovers it: primary reads, cluster time gossiped).
 
 What it does not count: the kernel's side of the system calls (the same
 sends and receives for every contender), cache misses and stalls. Its ratios
@@ -65,11 +68,13 @@ class Contender:
                  *self.arguments], env)
 
 
-def contenders(against: Path | None) -> list[Contender]:
+def contenders(against: Path | None, replset: bool = False) -> list[Contender]:
+    deployment = ("--replset",) if replset else ()
     client = [Contender(f"greenpool, {g} greenlets{', listener' * listener}",
-                        ("--greenlets", str(g), *(("--listener", "--all-methods") * listener)))
+                        ("--greenlets", str(g), *(("--listener", "--all-methods") * listener),
+                         *deployment))
               for listener in (False, True) for g in (10, 1000)]
-    chosen = [Contender("floor", ("--floor",)), *client]
+    chosen = [Contender("floor", ("--floor", *deployment)), *client]
     if against is not None:
         chosen += [Contender(f"{each.name} @against", each.arguments, against)
                    for each in client]
@@ -96,6 +101,8 @@ def main() -> None:
     parser.add_argument("--ops", type=int, default=1000,
                         help="pings in the shorter run (the longer has three times as many)")
     parser.add_argument("--jobs", type=int, default=2, help="valgrind runs at a time")
+    parser.add_argument("--replset", action="store_true",
+                        help="against a one-node replica set instead of a standalone")
     args = parser.parse_args()
     if shutil.which("valgrind") is None:
         raise SystemExit("instructions.py needs valgrind on PATH (Debian: apt install valgrind)")
@@ -103,7 +110,7 @@ def main() -> None:
         raise SystemExit(f"--ops must be at least 1000 (one ping per greenlet), not {args.ops}")
     if args.against is not None and not (args.against / "greenpool").is_dir():
         raise SystemExit(f"--against {args.against}: no greenpool package there")
-    chosen = contenders(args.against)
+    chosen = contenders(args.against, args.replset)
     runs = [(each, ops) for each in chosen for ops in (args.ops, 3 * args.ops)]
     with ThreadPoolExecutor(args.jobs) as pool:
         counts = dict(zip(runs, pool.map(lambda run: count(*run), runs), strict=True))

@@ -42,13 +42,16 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--plain", action="store_true",
                         help="no profiler: the CPU µs per operation alone")
+    parser.add_argument("--replset", action="store_true",
+                        help="the server presents a one-node replica set, which the Client "
+                             "discovers (topology ReplicaSetWithPrimary, cluster time gossiped)")
     args = parser.parse_args()
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) >= 2:
         os.sched_setaffinity(0, {cpus[0]})  # the server inherits it
     from greenpool.cli.embedded import EmbeddedServer
 
-    with EmbeddedServer() as server:
+    with EmbeddedServer(replica_set=args.replset) as server:
         if len(cpus) >= 2:
             os.sched_setaffinity(0, {cpus[1]})
         from gevent import monkey
@@ -62,6 +65,7 @@ def profile(uri: str, args: argparse.Namespace) -> None:
     from pymongo import monitoring
 
     from greenpool.client.client import Client
+    from greenpool.client.uri import parse_uri
     from greenpool.wire.connector import connect
     from greenpool.wire.link import LinkOptions
 
@@ -85,7 +89,9 @@ def profile(uri: str, args: argparse.Namespace) -> None:
                 client.command("admin", {"ping": 1})
 
         if args.floor:
-            links = [connect(client.address, LinkOptions()) for _ in range(10)]
+            # The server's own address: no server selection, no monitor.
+            address = parse_uri(uri).hosts[0]
+            links = [connect(address, LinkOptions()) for _ in range(10)]
             per = args.ops // len(links)
             total = per * len(links)
 
@@ -109,7 +115,8 @@ def profile(uri: str, args: argparse.Namespace) -> None:
     print(f"greenpool: {os.path.dirname(greenpool.__file__)}")
     what = "the floor (10 raw links)" if args.floor else f"{args.greenlets} greenlets"
     listener = ("all 11 methods" if args.all_methods else "1 method") if args.listener else "none"
-    print(f"{what}, {total} pings, listener: {listener}; "
+    deployment = "a one-node replica set" if args.replset else "a standalone"
+    print(f"{what}, {total} pings to {deployment}, listener: {listener}; "
           f"CPU{'' if args.plain else ' under the profiler'} {1e6 * cpu / total:.1f} µs/op\n")
     if args.plain:
         return

@@ -85,10 +85,11 @@ PYMONGO_MATRIX = ("4.9.2", "4.10.1", "4.11.3", "4.12.1", "4.13.2", "4.14.1", "4.
 #: The compiled build (``compile``): a copy of the package, its hot path compiled by mypyc.
 COMPILED = ROOT / "build" / "mypyc"
 #: What ``test`` runs again on the compiled build: the compiled modules' check, the Client,
-#: the pool, the CMAP spec, kill safety and the wait queue.
-COMPILED_TESTS = ("tests/test_compiled.py", "tests/test_client.py", "tests/test_pool.py",
-                  "tests/test_cmap_spec.py", "tests/test_kill_safety.py",
-                  "tests/test_waitqueue.py")
+#: the topology (its SDAM spec files, many servers), the pool, the CMAP spec, kill safety
+#: and the wait queue.
+COMPILED_TESTS = ("tests/test_compiled.py", "tests/test_client.py", "tests/test_topology.py",
+                  "tests/test_sdam_spec.py", "tests/test_pool.py", "tests/test_cmap_spec.py",
+                  "tests/test_kill_safety.py", "tests/test_waitqueue.py")
 GEVENT_OVERLAYS = ROOT / ".venv-gevent"
 #: The latest patch of every gevent minor release with a wheel for Python 3.11, from the
 #: floor setup.cfg requires (tests/test_packaging.py checks they agree) to the newest, the

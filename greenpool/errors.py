@@ -20,6 +20,7 @@ from greenpool.address import Address, format_address
 
 __all__ = [
     "ConfigurationError",
+    "DiscoveryError",
     "PoolClearedError",
     "PoolClosedError",
     "WaitQueueTimeoutError",
@@ -134,6 +135,16 @@ class ProtocolError(_pymongo_errors.ProtocolError):
     that does not decode. The stream can no longer be trusted: close the
     connection. It is a :class:`pymongo.errors.ProtocolError`, so code that
     catches PyMongo's error keeps working.
+    """
+
+    __module__ = "greenpool"
+
+
+class DiscoveryError(_pymongo_errors.PyMongoError):
+    """What server discovery holds against a server (the SDAM spec's rules): a
+    member of another replica set, a primary marked stale, a reply that does not
+    fit the topology. It is never raised: it is the ``error`` of the server's
+    description, which server selection's timeout error names.
     """
 
     __module__ = "greenpool"

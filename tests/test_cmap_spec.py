@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from greenpool import Pool, PoolOptions
+from greenpool.address import Address
 from greenpool.client.topology import Topology
 from greenpool.client.uri import parse_uri
 from greenpool.wire.connector import make_connector
@@ -51,13 +52,18 @@ def test_cmap_integration(name: str, test: dict[str, Any], mongodb_uri: str) -> 
 
     def make_real_pool(options: dict[str, Any], listener: object) -> Pool[Any]:
         link_options = LinkOptions(app_name=options.pop("appName", None), connect_timeout=10)
-        pool: Pool[Any] = Pool(
-            address, PoolOptions(options), connector=make_connector(link_options),
-            listeners=[listener],
-            on_establish_error=lambda error, conn: topology.handle_establish_error(error, conn))
-        topology = Topology(address, pool, load_balanced=False, heartbeat_frequency=10,
-                            server_selection_timeout=10)
-        return pool
+
+        def make_pool(where: Address) -> Pool[Any]:
+            return Pool(where, PoolOptions(options), connector=make_connector(link_options),
+                        listeners=[listener],
+                        on_establish_error=lambda error, conn: topology.handle_establish_error(
+                            error, conn))
+
+        # A topology without monitors: the file's operations make the pool ready.
+        topology = Topology([address], make_pool, direct=True)
+        topology.open(None)
+        (server,) = topology.servers.values()
+        return server.pool
 
     with failpoint(mongodb_uri, test["failPoint"]):
         CmapTestRunner(test, make_real_pool).run()

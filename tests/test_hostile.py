@@ -226,14 +226,17 @@ def test_a_hello_pymongo_cannot_parse_is_a_failed_check(
                     event_listeners=[events]) as client:
             assert client.command("admin", {"ping": 1}) == {"ok": 1.0}
             server.hello[field] = value  # a misconfigured member, from the next check on
-            client.topology.monitor.request_check()
-            wait_for(lambda: not client.topology.server.is_server_type_known)
+            (known,) = client.topology.servers.values()
+            assert known.monitor is not None
+            known.monitor.request_check()
+            wait_for(lambda: not known.description.is_server_type_known)
             started = time.monotonic()
             with pytest.raises(ServerSelectionTimeoutError) as caught:
                 client.command("admin", {"ping": 1})
             assert time.monotonic() - started < BOUND
             assert first_line(caught.value).startswith(
-                f"{where(server)}: no usable server within 1.5 s; last error: AutoReconnect(")
+                f"no server suitable for a primary read or a write within 1.5 s; topology "
+                f"Single: {where(server)} Unknown (last error: AutoReconnect(")
             # The error is shown as its repr: quotes in it come escaped.
             assert f"{where(server)}: invalid hello reply: {expected}" in first_line(
                 caught.value).encode().decode("unicode_escape")
@@ -242,7 +245,7 @@ def test_a_hello_pymongo_cannot_parse_is_a_failed_check(
             assert client.stats().total == 0  # the pool was cleared
             del server.hello[field]
             assert client.command("admin", {"ping": 1}) == {"ok": 1.0}
-            monitor = client.topology.monitor
+            monitor = known.monitor
             assert monitor is not None and monitor._greenlet is not None
             assert not monitor._greenlet.dead
 
@@ -278,7 +281,7 @@ _CHECK_STEPS = [
     (monitor_module, "ServerDescription", True),
     (topology_module.Topology, "publish", True),
     (topology_module.Topology, "check_succeeded", True),
-    (topology_module.Topology, "_change_server", True),
+    (topology_module.Topology, "_apply", True),
     (Pool, "ready", True),
     (client_module._LinkChecker, "check", True),
     (client_module._LinkChecker, "__init__", True),
@@ -297,7 +300,8 @@ def test_an_exception_at_any_step_of_a_check_never_kills_the_monitor(
         events = AllEvents()
         with Client(uri(server), event_listeners=[events]) as client:
             assert client.command("admin", {"ping": 1}) == {"ok": 1.0}
-            monitor = client.topology.monitor
+            (server_,) = client.topology.servers.values()
+            monitor = server_.monitor
             assert monitor is not None
             # The fault is injected process-wide: another client's monitor would take it.
             others = [each for each in list(monitor_module._monitors)
@@ -328,7 +332,8 @@ def test_a_failure_while_reporting_a_failed_check_never_kills_the_monitor(
     owner = topology_module.Topology if name == "check_failed" else monitor_module.Monitor
     with FakeServer() as server, no_leaks(), Client(uri(server)) as client:
         assert client.command("admin", {"ping": 1}) == {"ok": 1.0}
-        monitor = client.topology.monitor
+        (server_,) = client.topology.servers.values()
+        monitor = server_.monitor
         assert monitor is not None
         check = _one_shot(monkeypatch, client_module._LinkChecker, "check")
         report = _one_shot(monkeypatch, owner, name)

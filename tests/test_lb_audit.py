@@ -65,7 +65,8 @@ def test_a_direct_connection_drops_sessions_about_to_expire(replset_uri: str) ->
     with Client(f"{replset_uri}{'&' if '?' in replset_uri else '?'}directConnection=true",
                 event_listeners=[events]) as client:
         client.command("admin", {"ping": 1})
-        minutes = client.topology.server.logical_session_timeout_minutes
+        (server,) = client.topology.servers.values()
+        minutes = server.description.logical_session_timeout_minutes
         assert minutes is not None, "a replica set member supports sessions"
         age_idle_sessions(client, 60)  # well within the timeout: reused
         client.command("admin", {"ping": 1})
@@ -172,7 +173,8 @@ def test_the_load_balancer_description_has_only_address_and_type(lb: LBCluster) 
     events = AllEvents()
     with Client(lb.uri, event_listeners=[events]) as client:
         changed = events.of(_m.ServerDescriptionChangedEvent)
-        described = client.topology.server
+        (server,) = client.topology.servers.values()
+        described = server.description
     assert len(changed) == 1
     new = changed[0].new_description
     assert new is described

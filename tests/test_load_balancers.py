@@ -120,7 +120,8 @@ def test_load_balanced_topology_events(lb_uri: str) -> None:
     events = AllEvents()
     client = Client(lb_uri, event_listeners=[events])
     try:
-        assert client.topology.monitor is None
+        (server,) = client.topology.servers.values()
+        assert server.monitor is None
         assert client.stats().state == "ready"
         client.command("admin", {"ping": 1})
     finally:

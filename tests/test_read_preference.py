@@ -46,7 +46,7 @@ MODES = ["primary", "primaryPreferred", "secondary", "secondaryPreferred", "near
 def test_mongos_and_load_balancer_get_every_mode_but_primary(
         mode: str, load_balanced: bool, server_type: int) -> None:
     field = command_field(make(mode), load_balanced=load_balanced, server_type=server_type,
-                          in_transaction=False)
+                          direct=False, in_transaction=False)
     # OP_MSG: "For mode 'primary', drivers MUST NOT set $readPreference"; every other mode
     # is set, secondaryPreferred without tags included (that exception is OP_QUERY's).
     assert field == (None if mode == "primary" else {"mode": mode})
@@ -55,14 +55,14 @@ def test_mongos_and_load_balancer_get_every_mode_but_primary(
 def test_the_document_carries_tags_and_max_staleness() -> None:
     preference = make("nearest", [{"dc": "ny", "rack": "1"}, {}], 120)
     assert command_field(preference, load_balanced=True, server_type=SERVER_TYPE.LoadBalancer,
-                         in_transaction=False) == {
+                         direct=False, in_transaction=False) == {
         "mode": "nearest", "tags": [{"dc": "ny", "rack": "1"}, {}], "maxStalenessSeconds": 120}
 
 
 @pytest.mark.parametrize("mode", MODES)
 def test_a_standalone_never_gets_one(mode: str) -> None:
     assert command_field(make(mode), load_balanced=False, server_type=SERVER_TYPE.Standalone,
-                         in_transaction=False) is None
+                         direct=True, in_transaction=False) is None
 
 
 @pytest.mark.parametrize("server_type", [
@@ -71,13 +71,23 @@ def test_a_standalone_never_gets_one(mode: str) -> None:
 def test_a_replica_set_member_of_a_direct_connection(server_type: int) -> None:
     def field(mode: str, in_transaction: bool = False) -> Any:
         return command_field(make(mode), load_balanced=False, server_type=server_type,
-                             in_transaction=in_transaction)
+                             direct=True, in_transaction=in_transaction)
 
     # "If no read preference is configured by the application, or if the application read
     # preference is Primary, then $readPreference MUST be set to primaryPreferred".
     assert field("primary") == {"mode": "primaryPreferred"}
     assert field("secondary") == {"mode": "secondary"}
     assert field("primary", in_transaction=True) is None
+
+
+@pytest.mark.parametrize("server_type", [SERVER_TYPE.RSPrimary, SERVER_TYPE.RSSecondary])
+@pytest.mark.parametrize("mode", MODES)
+def test_a_replica_set_member_found_by_discovery(server_type: int, mode: str) -> None:
+    # "If the read preference mode is 'primary', clients MUST NOT set ... $readPreference";
+    # every other mode is sent as it is.
+    field = command_field(make(mode), load_balanced=False, server_type=server_type,
+                          direct=False, in_transaction=False)
+    assert field == (None if mode == "primary" else {"mode": mode})
 
 
 @pytest.mark.parametrize(("value", "named"), [

@@ -79,9 +79,13 @@ def test_a_monitored_server_logs_its_lifecycle_and_heartbeats(
     assert (f"Heartbeat succeeded in {succeeded['durationMS']:g} ms for {host}:{port} on "
             f"connection with driver-generated ID 1") in succeeded["text"]
     changed = records[1]
-    assert "topology_type: Unknown" in changed["previousDescription"]
-    assert "topology_type: Single" in changed["newDescription"]
+    assert "topology_type: Unknown, servers: []" in changed["previousDescription"]
+    assert f"topology_type: Unknown, servers: [<ServerDescription ('{host}', {port})" in (
+        changed["newDescription"])  # the seed, before its first check
     assert changed["text"].startswith(f"Description changed for topology with ID {topology_id}")
+    # Discovery: a standalone that was the one seed makes the topology Single.
+    discovered = records[names.index("Topology description changed", 2)]
+    assert "topology_type: Single" in discovered["newDescription"]
     # No message for ServerDescriptionChanged (the spec leaves it out).
     assert "Server description changed" not in names
 
@@ -106,7 +110,8 @@ def test_a_failed_heartbeat_is_logged_with_its_failure(
                         names[names.index("Server heartbeat failed"):].count(
                             "Server heartbeat succeeded") >= 1):
                     break
-                client.topology.monitor.request_check()  # type: ignore[union-attr]
+                (server,) = client.topology.servers.values()
+                server.monitor.request_check()  # type: ignore[union-attr]
                 gevent.sleep(0.1)
     records = topology_records(caplog, topology_id)
     failed = next(r for r in records if r["message"] == "Server heartbeat failed")

@@ -189,9 +189,10 @@ def test_too_little_time_left_sends_nothing_and_keeps_the_connection() -> None:
         host, port = server.address
         with Client(f"mongodb://{host}:{port}/?directConnection=true") as client:
             client.command("admin", {"ping": 1})  # an idle connection to reuse
-            client._min_round_trip.reset()
-            client._min_round_trip.add(0.5)
-            client._min_round_trip.add(0.5)  # the server looks 500 ms away
+            (server_,) = client.topology.servers.values()
+            server_.min_round_trip.reset()
+            server_.min_round_trip.add(0.5)
+            server_.min_round_trip.add(0.5)  # the server looks 500 ms away
             with pytest.raises(ExecutionTimeout) as exceeded:
                 client.command("admin", {"ping": 2}, timeout=0.3)
             assert exceeded.value.timeout and exceeded.value.code == 50

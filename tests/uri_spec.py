@@ -85,7 +85,7 @@ SETTING.update({
     "sockettimeoutms": lambda s: _ms(s.socket_timeout),
     "serverselectiontimeoutms": lambda s: _ms(s.server_selection_timeout),
     "heartbeatfrequencyms": lambda s: _ms(s.heartbeat_frequency),
-    "localthresholdms": lambda s: s.extra["localthresholdms"],
+    "localthresholdms": lambda s: _ms(s.local_threshold),
     "replicaset": lambda s: s.replica_set,
     # With no user, authSource stays with the options greenpool does not use.
     "authsource": lambda s: s.credentials.source if s.credentials else s.extra["authsource"],

@@ -1,4 +1,4 @@
-"""greenpool's Client: one MongoDB endpoint, one pool, a monitor, commands.
+"""greenpool's Client: a MongoDB deployment, a pool and a monitor per server, commands.
 
 ::
 
@@ -10,22 +10,31 @@
             for order in cursor:
                 ...
 
-The Client talks to a single endpoint: a server (a direct connection), or a
-load balancer (``loadBalanced=true``). Replica sets and sharded clusters
-through many hosts are PyMongo's job; see :mod:`greenpool.pymongo`.
+The Client talks to any deployment: a standalone server, a replica set, a
+sharded cluster (through one mongos or several), a load balancer
+(``loadBalanced=true``), or one server of any kind directly
+(``directConnection=true``). Given several hosts, or one host without
+directConnection, it discovers the deployment as the Server Discovery and
+Monitoring spec says, from any seed.
 
 What it owns:
 
-* one :class:`~greenpool.Pool` of :class:`~greenpool.wire.link.Link` connections;
-* a :class:`~greenpool.client.topology.Topology` whose monitor greenlet checks the
-  server with ``hello`` every heartbeatFrequencyMS on its own connection,
-  makes the pool ready after a successful check and clears it after a failed
-  one (interrupting in-use connections if the check timed out). In
+* a :class:`~greenpool.client.topology.Topology`: one
+  :class:`~greenpool.client.server.Server` per address discovery finds, each
+  with its :class:`~greenpool.Pool` of :class:`~greenpool.wire.link.Link`
+  connections and its monitor greenlet, which checks the server with
+  ``hello`` every heartbeatFrequencyMS on its own connection, makes the pool
+  ready after a successful check and clears it after a failed one
+  (interrupting in-use connections if the check timed out). In
   load-balanced mode there is no monitor and the pool is ready at once;
-* the SDAM rules for application errors (:mod:`greenpool.client.sdam`): a network
-  error, or a "not primary" / "node is recovering" error that calls for it,
-  on a connection of the pool's current generation clears the pool; errors on
-  a stale connection change nothing;
+* server selection by read preference (writes and primary reads: the
+  primary, a mongos, the one server of a direct connection), waiting
+  serverSelectionTimeoutMS at most while no server suits;
+* the SDAM rules for application errors (:mod:`greenpool.client.sdam`), for
+  the server the connection came from: a network error, or a "not primary" /
+  "node is recovering" error, marks it Unknown and requests a check (a retry
+  then selects afresh: after a stepdown, the new primary); a clear touches
+  that server's pool only; errors on a stale connection change nothing;
 * one :class:`~greenpool.client.operations.Operations`, the machinery its
   commands, cursors and sessions share: leasing connections, sending,
   implicit server sessions, pinning.
@@ -41,6 +50,17 @@ Any other command is not retried unless the call says ``retry=True``.
 Errors are PyMongo's classes (:class:`~pymongo.errors.AutoReconnect`,
 :class:`~pymongo.errors.OperationFailure`...) or greenpool's subclasses of
 them, so existing ``except`` clauses keep working.
+
+With several servers, what is about one server asks which: :attr:`Client.address`
+is PyMongo's (the server a write selects, waiting for it if needed; an
+error while load-balancing among several mongoses), :attr:`Client.nodes`,
+:attr:`Client.primary`, :attr:`Client.secondaries` and :attr:`Client.arbiters`
+are PyMongo's too, and :attr:`Client.pools` gives each server's pool.
+:attr:`Client.pool`, :meth:`Client.stats`, :meth:`Client.pool_report` and
+:attr:`Client.min_round_trip` are about the one server of a topology that
+has one (a direct connection, a load balancer, a standalone, a one-member
+set, a single mongos), and raise :class:`~pymongo.errors.InvalidOperation`
+naming the servers when it has several.
 
 Rules. This module is the top of the client layer: it may import any other
 module of :mod:`greenpool.client`, and none of them imports it. The Client
@@ -61,6 +81,8 @@ import gevent
 from pymongo import monitoring as _m
 from pymongo.errors import AutoReconnect, InvalidOperation, NetworkTimeout
 from pymongo.read_preferences import _ServerMode
+from pymongo.server_type import SERVER_TYPE
+from pymongo.topology_description import TOPOLOGY_TYPE, TopologyDescription
 
 from greenpool.address import Address, format_address
 from greenpool.client import readpref
@@ -68,6 +90,7 @@ from greenpool.client.commands import CommandPublisher
 from greenpool.client.cursor import Cursor
 from greenpool.client.operations import Operations
 from greenpool.client.retries import has_write_stage
+from greenpool.client.server import Server
 from greenpool.client.session import Session
 from greenpool.client.timeouts import MinRoundTrip, check_seconds, current
 from greenpool.client.topology import Topology
@@ -96,13 +119,16 @@ _LISTENER_TYPES = (
 
 
 class Client:
-    """A client for one MongoDB server or load balancer.
+    """A client for a MongoDB deployment: a standalone server, a replica set, a
+    sharded cluster or a load balancer.
 
-    :param uri: a ``mongodb://`` or ``mongodb+srv://`` connection string,
-        with one host (or ``loadBalanced=true``). Pool options
-        (maxPoolSize, minPoolSize, maxConnecting, maxIdleTimeMS,
-        waitQueueTimeoutMS), timeouts, TLS, credentials, appName, compressors
-        and heartbeatFrequencyMS come from it.
+    :param uri: a ``mongodb://`` or ``mongodb+srv://`` connection string:
+        the seed hosts (discovery finds the rest), ``replicaSet``,
+        ``directConnection`` (false by default: one host is discovered like
+        several, unless ``directConnection=true``) or ``loadBalanced=true``.
+        Pool options (maxPoolSize, minPoolSize, maxConnecting, maxIdleTimeMS,
+        waitQueueTimeoutMS; per server), timeouts, TLS, credentials, appName,
+        compressors, heartbeatFrequencyMS and localThresholdMS come from it.
     :param event_listeners: PyMongo listener objects: CommandListener,
         ConnectionPoolListener, ServerListener, ServerHeartbeatListener,
         TopologyListener.
@@ -117,8 +143,8 @@ class Client:
         greenpool's own setting, never a connection string option.
 
     :raises greenpool.ConfigurationError: a bad URI, or one that asks for
-        what this Client does not do (several hosts, a replica set name
-        without directConnection, an authentication mechanism other than SCRAM).
+        what this Client does not do (an authentication mechanism other than
+        SCRAM).
     """
 
     def __init__(self, uri: str, *, event_listeners: Iterable[object] = (),
@@ -126,44 +152,112 @@ class Client:
                  long_hold_threshold: float | None = None) -> None:
         settings = parse_uri(uri)
         self.settings = settings
-        self.address = _single_address(settings)
         listeners = _check_listeners(event_listeners)
         self._link_options = link_options(settings)
         pool_listeners = [x for x in listeners if isinstance(x, _m.ConnectionPoolListener)]
-        self._min_round_trip = MinRoundTrip()
         self._default_read_preference = settings.read_preference_object()
-        self.pool: Pool[Link] = Pool(
-            self.address, settings.pool,
-            connector=_bounded_connector(make_connector(self._link_options)),
-            listeners=pool_listeners,
-            on_establish_error=lambda error, conn: self.topology.handle_establish_error(
-                error, conn),
-            acquire_sites=acquire_sites, long_hold_threshold=long_hold_threshold)
+        connector = _bounded_connector(make_connector(self._link_options))
+
+        def make_pool(address: Address) -> Pool[Link]:
+            return Pool(address, settings.pool, connector=connector, listeners=pool_listeners,
+                        on_establish_error=lambda error, conn: (
+                            self.topology.handle_establish_error(error, conn)),
+                        acquire_sites=acquire_sites, long_hold_threshold=long_hold_threshold)
+
         self.topology = Topology(
-            self.address, self.pool, load_balanced=settings.load_balanced,
+            settings.hosts, make_pool, load_balanced=settings.load_balanced,
+            direct=settings.direct_connection, replica_set=settings.replica_set,
             heartbeat_frequency=settings.heartbeat_frequency,
             server_selection_timeout=settings.server_selection_timeout,
-            listeners=listeners)
+            local_threshold=settings.local_threshold, listeners=listeners)
         self._operations = Operations(
-            self.pool, self.topology, CommandPublisher(listeners), self._min_round_trip,
-            timeout=settings.timeout, retry_reads=settings.retry_reads,
-            retry_writes=settings.retry_writes)
+            self.topology, CommandPublisher(listeners), timeout=settings.timeout,
+            retry_reads=settings.retry_reads, retry_writes=settings.retry_writes)
         monitor_options = _monitor_link_options(self._link_options)
-        self.topology.open(None if settings.load_balanced
-                           else lambda: _LinkChecker(self.address, monitor_options,
-                                                     self._min_round_trip))
+        self.topology.open(lambda server: _LinkChecker(server.address, monitor_options,
+                                                       server.min_round_trip))
 
     @property
     def load_balanced(self) -> bool:
         """Whether the URI says ``loadBalanced=true`` (no monitor; the pool is ready at once)."""
         return self.settings.load_balanced
 
+    # -- the deployment, as PyMongo's MongoClient shows it ---------------------------------
+
+    @property
+    def topology_description(self) -> TopologyDescription:
+        """The deployment as discovered so far (PyMongo's class; it is replaced,
+        never changed, as checks come in: read this property again for news)."""
+        return self.topology.description
+
+    @property
+    def address(self) -> Address:
+        """``(host, port)`` of the server writes go to: the one host of a direct
+        connection or a load balancer (at once), else the standalone, primary or
+        mongos that server selection finds (waiting for it, at most
+        serverSelectionTimeoutMS), as PyMongo's ``MongoClient.address``.
+
+        :raises pymongo.errors.InvalidOperation: the client spreads operations
+            over several mongoses (use :attr:`nodes`).
+        :raises pymongo.errors.ServerSelectionTimeoutError: no such server in time.
+        """
+        topology = self.topology
+        if topology.direct or self.load_balanced:
+            return topology.seeds[0]
+        description = topology.description
+        if (description.topology_type == TOPOLOGY_TYPE.Sharded
+                and len(description.server_descriptions()) > 1):
+            raise InvalidOperation(
+                f"client.address has no single answer: the client spreads operations over "
+                f"{len(description.server_descriptions())} mongoses "
+                f"({_listing(description.server_descriptions())}); use client.nodes")
+        self._operations.check_open()
+        return topology.select().address
+
+    @property
+    def nodes(self) -> frozenset[Address]:
+        """The servers known now (checked, of a known type), as PyMongo's
+        ``MongoClient.nodes``; empty before the first check."""
+        return frozenset(s.address for s in self.topology.description.known_servers)
+
+    @property
+    def primary(self) -> Address | None:
+        """The replica set's primary now, or None (no primary known, or not a
+        replica set), as PyMongo's ``MongoClient.primary``; never waits."""
+        return next(iter(self._members(SERVER_TYPE.RSPrimary)), None)
+
+    @property
+    def secondaries(self) -> set[Address]:
+        """The replica set's secondaries known now (PyMongo's ``MongoClient.secondaries``)."""
+        return self._members(SERVER_TYPE.RSSecondary)
+
+    @property
+    def arbiters(self) -> set[Address]:
+        """The replica set's arbiters known now (PyMongo's ``MongoClient.arbiters``)."""
+        return self._members(SERVER_TYPE.RSArbiter)
+
+    @property
+    def pools(self) -> dict[Address, Pool[Link]]:
+        """Each server's pool, by address, now (servers come and go as
+        discovery finds and drops them)."""
+        return {address: server.pool for address, server in self.topology.servers.items()}
+
+    @property
+    def pool(self) -> Pool[Link]:
+        """The pool of the topology's one server (a direct connection, a load
+        balancer, a standalone, a one-member set, a single mongos).
+
+        :raises pymongo.errors.InvalidOperation: the topology has several
+            servers (use :attr:`pools`).
+        """
+        return self._only_server("client.pool").pool
+
     @property
     def min_round_trip(self) -> float:
-        """The server's minimum round-trip time in seconds (SDAM's
+        """The one server's minimum round-trip time in seconds (SDAM's
         minRoundTripTime over the monitor's last checks; 0 behind a load
-        balancer, which has no monitor)."""
-        return self._min_round_trip.value
+        balancer, which has no monitor). One server only, as :attr:`pool`."""
+        return self._only_server("client.min_round_trip").min_round_trip.value
 
     @property
     def closed(self) -> bool:
@@ -180,7 +274,8 @@ class Client:
         self._operations.timeout = value
 
     def stats(self) -> PoolStats:
-        """The pool's counters (see :meth:`greenpool.Pool.stats`)."""
+        """The pool's counters (see :meth:`greenpool.Pool.stats`); one server
+        only, as :attr:`pool`."""
         return self.pool.stats()
 
     def get_stats(self) -> dict[str, int]:
@@ -193,7 +288,8 @@ class Client:
 
     def pool_report(self) -> PoolReport:
         """Who holds the pool's connections and who waits, now (see
-        :meth:`greenpool.Pool.report`); ``print(client.pool_report())``."""
+        :meth:`greenpool.Pool.report`); ``print(client.pool_report())``. One
+        server only, as :attr:`pool`."""
         return self.pool.report()
 
     # -- operations -----------------------------------------------------------------------
@@ -337,7 +433,7 @@ class Client:
 
     def close(self) -> None:
         """End sessions (aborting their transactions), close cursors, stop the
-        monitor, close the pool. Idempotent; operations afterwards raise
+        monitors, close the pools. Idempotent; operations afterwards raise
         :class:`~pymongo.errors.InvalidOperation`."""
         if self._operations.closing:
             return
@@ -346,7 +442,6 @@ class Client:
             self._operations.close()
         finally:
             self.topology.close()
-            self.pool.close()
 
     def __enter__(self) -> Client:
         return self
@@ -355,10 +450,26 @@ class Client:
         self.close()
 
     def __repr__(self) -> str:
-        host, port = self.address
+        seeds = ",".join(format_address(seed) for seed in self.topology.seeds)
         mode = ", load balanced" if self.load_balanced else ""
         state = "closed" if self._operations.closed else "open"
-        return f"<greenpool.Client {host}:{port}{mode}, {state}>"
+        return f"<greenpool.Client {seeds}{mode}, {state}>"
+
+    # -- internals: the topology -------------------------------------------------------------
+
+    def _members(self, server_type: int) -> set[Address]:
+        return {s.address for s in self.topology.description.server_descriptions().values()
+                if s.server_type == server_type}
+
+    def _only_server(self, what: str) -> Server:
+        servers = self.topology.servers
+        if len(servers) != 1:
+            raise InvalidOperation(
+                f"{what} is about the one server of a topology that has one; this "
+                f"{self.topology.description.topology_type_name} topology has "
+                f"{len(servers)} ({_listing(servers) or 'none'}): use client.pools[address]")
+        (server,) = servers.values()
+        return server
 
     # -- internals: commands --------------------------------------------------------------
 
@@ -433,19 +544,8 @@ class _LinkChecker:
 # -- settings -----------------------------------------------------------------------------
 
 
-def _single_address(settings: ClientSettings) -> Address:
-    hosts = settings.hosts
-    if len(hosts) != 1:
-        raise ConfigurationError(
-            f"greenpool.Client talks to one server or load balancer, but the URI names "
-            f"{len(hosts)} hosts ({', '.join(f'{h}:{p}' for h, p in hosts)}); for a replica "
-            f"set or a sharded cluster use greenpool.pymongo.MongoClient")
-    if settings.replica_set is not None and not settings.direct_connection:
-        raise ConfigurationError(
-            f"greenpool.Client connects directly to one server; replicaSet="
-            f"{settings.replica_set!r} asks for replica set discovery (add "
-            f"directConnection=true, or use greenpool.pymongo.MongoClient)")
-    return hosts[0]
+def _listing(addresses: Iterable[Address]) -> str:
+    return ", ".join(format_address(address) for address in addresses)
 
 
 def link_options(settings: ClientSettings) -> LinkOptions:

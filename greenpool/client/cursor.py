@@ -5,8 +5,11 @@ A :class:`Cursor` runs its opening command at once (``find``, ``aggregate``,
 ``getMore`` when one runs out. Closing it before the end, or leaving its
 ``with`` block, sends ``killCursors``.
 
-Connections. Outside load-balanced mode each round trip checks a connection
-out and back in (any connection reaches the cursor on a single server). In
+Connections. The opening command goes to the server selected for the
+cursor's read preference; its getMore and killCursors go to that same server
+(:attr:`Cursor.address`), which holds the server cursor. Outside
+load-balanced mode each round trip checks a connection out of that server's
+pool and back in (any of its connections reaches the cursor). In
 load-balanced mode the cursor is *pinned*: the connection that opened it is
 kept (counted as in use "by cursors") until the server returns cursor id 0
 or the cursor is closed, because only that connection reaches the service
@@ -47,11 +50,13 @@ import gevent
 from pymongo.errors import ConnectionFailure, InvalidOperation, OperationFailure, PyMongoError
 from pymongo.read_preferences import _ServerMode
 
+from greenpool.client.readpref import PRIMARY
 from greenpool.client.retries import has_write_stage
 from greenpool.client.timeouts import Deadline, check_seconds
 from greenpool.pool.connection import Connection, Purpose
 
 if TYPE_CHECKING:
+    from greenpool.address import Address
     from greenpool.client.operations import Operations, ServerSession
     from greenpool.client.session import Session
     from greenpool.wire.link import Link
@@ -84,6 +89,8 @@ class Cursor:
         self._buffer: deque[dict[str, Any]] = deque()
         self._id = 0
         self._collection = ""
+        #: The server that opened the cursor (set by the opening command).
+        self._address: Address | None = None
         #: The connection this cursor is pinned to (load-balanced mode).
         self._conn: Connection[Link] | None = None
         self._user: gevent.Greenlet | None = None
@@ -113,6 +120,12 @@ class Cursor:
     def id(self) -> int:
         """The server's cursor id; 0 once the server has no more documents."""
         return self._id
+
+    @property
+    def address(self) -> Address | None:
+        """The ``(host, port)`` of the server holding the cursor (PyMongo's
+        ``Cursor.address``); None before the opening command went out."""
+        return self._address
 
     @property
     def alive(self) -> bool:
@@ -189,7 +202,7 @@ class Cursor:
         if conn is not None or not self._operations.closed:
             # Even for a closed client: the pinned connection must be checked in.
             gevent.spawn(_reap, self._operations, self._db, self._collection, self._id, conn,
-                         lsid, implicit if not self._lsid_dirty else None)
+                         lsid, implicit if not self._lsid_dirty else None, self._address)
 
     def __repr__(self) -> str:
         return (f"<greenpool.Cursor {self._db}.{self._collection} id={self._id}"
@@ -293,10 +306,17 @@ class Cursor:
             if batch is not None:
                 self._read(reply, batch)
             return
-        with ops.lease(session, Purpose.CURSOR, keep=self._keep, deadline=deadline) as conn:
+        opening = batch == "firstBatch"
+        preference = (self._read_preference if opening and self._read_preference is not None
+                      else PRIMARY)
+        with ops.lease(session, Purpose.CURSOR, keep=self._keep, deadline=deadline,
+                       preference=preference,
+                       address=None if opening else self._address) as conn:
             self._attach_lsid(command)
-            if batch == "firstBatch" and self._read_preference is not None:
-                ops.add_read_preference(command, self._read_preference, session)
+            if opening:
+                self._address = conn.address
+                if self._read_preference is not None:
+                    ops.add_read_preference(command, self._read_preference, session, conn)
             reply = ops.send(conn, self._db, command, session, deadline, max_time)
             if batch is not None:
                 self._read(reply, batch)
@@ -351,7 +371,7 @@ def _timeout_mode(command: Mapping[str, Any], mode: str | None,
 
 def _reap(ops: Operations, db: str, collection: str, cursor_id: int,
           conn: Connection[Link] | None, lsid: dict[str, Any] | None,
-          give_back: ServerSession | None) -> None:
+          give_back: ServerSession | None, address: Address | None) -> None:
     """Close an abandoned cursor: killCursors in the cursor's session (its
     implicit server session, ``give_back``, goes back to the pool afterwards
     unless it was left dirty), then check its connection in."""
@@ -365,7 +385,7 @@ def _reap(ops: Operations, db: str, collection: str, cursor_id: int,
                 if conn is not None:
                     ops.send(conn, db, command, None)
                 else:
-                    with ops.lease(None, Purpose.CURSOR) as leased:
+                    with ops.lease(None, Purpose.CURSOR, address=address) as leased:
                         ops.send(leased, db, command, None)
             except ConnectionFailure:
                 dirty = True

@@ -4,11 +4,15 @@ One :class:`Operations` per :class:`~greenpool.Client`. The Client, its cursors
 and its sessions all run their commands through it, with its public methods:
 
 * leasing a connection for a purpose (:meth:`~Operations.checkout`,
-  :meth:`~Operations.lease`): server selection and checkout, under the
-  operation's deadline if it has one;
+  :meth:`~Operations.lease`): server selection by the operation's read
+  preference (or the server a cursor or a transaction is bound to) and
+  checkout from that server's pool, under the operation's deadline if it has
+  one; each connection goes back to the pool it came from;
 * sending a command on it (:meth:`~Operations.send`): command events, the
-  timeoutMS rules (maxTimeMS, the round trip's time limit), SDAM's verdict on
-  errors, and the transaction labels the Transactions spec adds;
+  timeoutMS rules (maxTimeMS, the round trip's time limit), the cluster time
+  (``$clusterTime`` sent and taken from replies, the Sessions spec's gossip),
+  SDAM's verdict on errors (for the server the connection came from), and the
+  transaction labels the Transactions spec adds;
 * running a command with the retries the Retryable Reads and Writes specs
   allow (:meth:`~Operations.run_command`, :meth:`~Operations.retry_read`;
   :mod:`greenpool.client.retries` decides what is retried): the first attempt
@@ -19,7 +23,8 @@ and its sessions all run their commands through it, with its public methods:
   the transaction number its retryable writes reached, ending them all with
   ``endSessions`` at close;
 * pinning connections to load-balanced transactions and cursors, and
-  unpinning them (:meth:`~Operations.unpin`);
+  unpinning them (:meth:`~Operations.unpin`); pinning a sharded transaction to
+  the mongos its first command went to;
 * the open cursors and explicit sessions, closed and ended by :meth:`~Operations.close`.
 
 Rules. This module sits below ``client.py``, ``cursor.py`` and ``session.py``,
@@ -37,7 +42,7 @@ import contextlib
 import time
 import uuid
 import weakref
-from collections.abc import Callable, Iterator, MutableMapping
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from bson.binary import UUID_SUBTYPE, Binary
@@ -53,14 +58,16 @@ from pymongo.errors import (
 )
 from pymongo.read_preferences import _ServerMode
 from pymongo.server_description import ServerDescription
+from pymongo.topology_description import TOPOLOGY_TYPE
 
+from greenpool.address import Address
 from greenpool.client import readpref, retries
 from greenpool.client.commands import CommandPublisher
 from greenpool.client.sdam import Phase
-from greenpool.client.timeouts import Deadline, MinRoundTrip, check_seconds, resolve, running
+from greenpool.client.server import Server
+from greenpool.client.timeouts import Deadline, check_seconds, resolve, running
 from greenpool.client.topology import Topology
 from greenpool.pool.connection import Connection, Purpose
-from greenpool.pool.pool import Pool
 from greenpool.wire.messages import next_request_id
 
 if TYPE_CHECKING:
@@ -76,6 +83,8 @@ _END_SESSIONS_BATCH = 10_000
 _NO_ROUND_TRIP_LIMIT = 1e9
 # A commit or abort is the end of a transaction, never a transient part of it.
 _FINISHING = frozenset({"commitTransaction", "abortTransaction"})
+# Where endSessions goes: any server that has sessions.
+_ANY_SERVER = readpref.make("primaryPreferred")
 
 
 class SessionLike(Protocol):
@@ -85,6 +94,15 @@ class SessionLike(Protocol):
     lsid: dict[str, Any]
     #: The connection a load-balanced transaction is pinned to.
     pinned: Connection[Link] | None
+    #: The mongos a sharded transaction is pinned to.
+    pinned_address: Address | None
+
+    @property
+    def cluster_time(self) -> Mapping[str, Any] | None:
+        """The highest $clusterTime this session has seen."""
+
+    def advance_cluster_time(self, cluster_time: Mapping[str, Any]) -> None:
+        """A reply in this session carried ``cluster_time``."""
 
     @property
     def in_transaction(self) -> bool: ...
@@ -129,12 +147,9 @@ class ServerSession:
 class Operations:
     """The machinery a Client's operations share; see the module's docstring."""
 
-    def __init__(self, pool: Pool[Link], topology: Topology, commands: CommandPublisher,
-                 min_round_trip: MinRoundTrip, *, timeout: float | None,
-                 retry_reads: bool, retry_writes: bool) -> None:
-        self.pool = pool
+    def __init__(self, topology: Topology, commands: CommandPublisher, *,
+                 timeout: float | None, retry_reads: bool, retry_writes: bool) -> None:
         self.topology = topology
-        self.address = topology.address
         self.load_balanced = topology.load_balanced
         #: timeoutMS (seconds; None: not set, 0: no limit).
         self.timeout = timeout
@@ -143,7 +158,6 @@ class Operations:
         #: retryWrites: whether retryable writes (and commit and abort) are retried.
         self.retry_writes = retry_writes
         self._commands = commands
-        self._min_round_trip = min_round_trip
         self._sessions: set[SessionLike] = set()
         self._ended_lsids: list[dict[str, Any]] = []
         self._cursors: weakref.WeakSet[_Closable] = weakref.WeakSet()
@@ -184,49 +198,61 @@ class Operations:
 
     # -- leasing --------------------------------------------------------------------------
 
-    def checkout(self, purpose: Purpose, deadline: Deadline | None = None) -> Connection[Link]:
-        """A connection for ``purpose``, after server selection; check it in with
-        ``pool.checkin`` (or use :meth:`lease`, which also handles transactions)."""
+    def checkout(self, purpose: Purpose, deadline: Deadline | None = None,
+                 preference: _ServerMode = readpref.PRIMARY,
+                 address: Address | None = None) -> Connection[Link]:
+        """A connection for ``purpose`` from the server selected for
+        ``preference`` (or the server at ``address``); check it in with
+        ``conn.pool.checkin`` (or use :meth:`lease`, which also handles
+        transactions)."""
         if self._closed:
             raise InvalidOperation("the greenpool Client is closed")
+        pool = self.select_server(deadline, preference, address).pool
         if deadline is not None:
-            return self._bounded_checkout(purpose, deadline)
-        # While closing, goodbyes (killCursors, abort, endSessions) never
-        # wait for an unreachable server.
-        self.topology.select(0 if self._closing else None)
-        conn = self.pool.checkout()
+            # Establishment too, through the Client's connector, which reads
+            # the deadline this sets running.
+            with running(deadline):
+                # The CSOT spec: under timeoutMS the deprecated waitQueueTimeoutMS
+                # is ignored; the wait gets what is left of the selection's limit.
+                conn = pool.checkout(deadline.bound(None), replaces_wait_queue_timeout=True)
+        else:
+            conn = pool.checkout()
         conn.purpose = purpose
         return conn
 
-    def select(self, deadline: Deadline | None = None) -> ServerDescription:
-        """Server selection alone (the description of the server selected),
-        within the deadline if there is one (the CSOT spec's
+    def select(self, deadline: Deadline | None = None,
+               preference: _ServerMode = readpref.PRIMARY) -> ServerDescription:
+        """Server selection alone: the description of the server selected for
+        ``preference``, within the deadline if there is one (the CSOT spec's
         computedServerSelectionTimeout)."""
-        if self._closing:
-            return self.topology.select(0)
-        if deadline is None:
-            return self.topology.select()
-        return self.topology.select(deadline.bound(self.topology.server_selection_timeout))
+        return self.select_server(deadline, preference).description
 
-    def _bounded_checkout(self, purpose: Purpose, deadline: Deadline) -> Connection[Link]:
-        """Selection and checkout within the deadline; establishment too,
-        through the Client's connector, which reads the deadline this sets
-        running."""
-        self.select(deadline)
-        with running(deadline):
-            # The CSOT spec: under timeoutMS the deprecated waitQueueTimeoutMS
-            # is ignored; the wait gets what is left of the selection's limit.
-            conn = self.pool.checkout(deadline.bound(None), replaces_wait_queue_timeout=True)
-        conn.purpose = purpose
-        return conn
+    def select_server(self, deadline: Deadline | None = None,
+                      preference: _ServerMode = readpref.PRIMARY,
+                      address: Address | None = None) -> Server:
+        """:meth:`select`, giving the :class:`~greenpool.client.server.Server`
+        (the one at ``address``, if given)."""
+        topology = self.topology
+        if address is not None:
+            return topology.select_address(address)
+        if self._closing:
+            # Goodbyes (killCursors, abort, endSessions) never wait for an
+            # unreachable server.
+            return topology.select(preference, 0)
+        if deadline is None:
+            return topology.select(preference)
+        return topology.select(preference, deadline.bound(topology.server_selection_timeout))
 
     @contextlib.contextmanager
     def lease(self, session: SessionLike | None, purpose: Purpose,
               keep: Callable[[Connection[Link]], bool] | None = None, name: str = "",
-              deadline: Deadline | None = None) -> Iterator[Connection[Link]]:
+              deadline: Deadline | None = None, preference: _ServerMode = readpref.PRIMARY,
+              address: Address | None = None) -> Iterator[Connection[Link]]:
         """A connection for one operation: a transaction's pinned one, or one
-        checked out now and checked in afterwards. In load-balanced mode a
-        transaction's first command pins its connection to the session;
+        checked out now (from the server selected for ``preference``, or the
+        one at ``address``, or a sharded transaction's mongos) and checked in
+        afterwards. In load-balanced mode a transaction's first command pins
+        its connection to the session, on a sharded cluster its mongos;
         ``keep(conn)``, called after a successful operation, may pin it to
         something else (a cursor) by returning True. ``name`` is the
         command's, for the labels of a failed checkout in a transaction."""
@@ -234,8 +260,12 @@ class Operations:
             yield session.pinned
             return
         in_transaction = session is not None and session.in_transaction
+        if in_transaction and address is None:
+            assert session is not None
+            address = session.pinned_address
         try:
-            conn = self.checkout(Purpose.TRANSACTION if in_transaction else purpose, deadline)
+            conn = self.checkout(Purpose.TRANSACTION if in_transaction else purpose, deadline,
+                                 preference, address)
         except PyMongoError as error:
             # No connection (selection, wait queue, cleared pool): inside a
             # transaction that is as transient as a network error.
@@ -256,43 +286,57 @@ class Operations:
             if pinned:
                 conn.pinned = True
             elif isinstance(error, Exception):
-                self.pool.checkin(conn)  # its events before the error reaches the caller
+                conn.pool.checkin(conn)  # its events before the error reaches the caller
             else:
                 # A kill: its events later, from a new greenlet. A listener
                 # that yields here could let the greenlet's own
                 # gevent.Timeout fire and replace the kill.
-                self.pool.checkin_after_error(conn)
+                conn.pool.checkin_after_error(conn)
             raise
         if pinned:
             conn.pinned = True  # its holder's report says so until unpin
         else:
-            self.pool.checkin(conn)
+            conn.pool.checkin(conn)
 
     # -- pinning --------------------------------------------------------------------------
 
     def _pin_to_transaction(self, session: SessionLike | None, conn: Connection[Link]) -> bool:
-        if (session is None or not self.load_balanced or not session.in_transaction
-                or conn.error is not None):
+        """Pin a transaction (Transactions spec): in load-balanced mode to
+        ``conn`` (True: keep it checked out), on a sharded cluster to its mongos."""
+        if session is None or not session.in_transaction:
+            return False
+        if not self.load_balanced:
+            if (session.pinned_address is None
+                    and self.topology.description.topology_type == TOPOLOGY_TYPE.Sharded):
+                session.pinned_address = conn.address
+            return False
+        if conn.error is not None:
             return False
         session.pinned = conn
         return True
 
     def unpin(self, conn: Connection[Link]) -> None:
         """Check in a connection a session or a cursor was pinned to."""
-        self.pool.checkin(conn)
+        conn.pool.checkin(conn)
 
     # -- sending --------------------------------------------------------------------------
 
     def add_read_preference(self, document: dict[str, Any], preference: _ServerMode,
-                            session: SessionLike | None) -> None:
-        """Add ``$readPreference`` to a read command about to go to the
-        selected server, where the Server Selection spec says (after
-        selection: it depends on the server's type)."""
-        if preference is readpref.PRIMARY and self.topology.plain_primary_reads:
+                            session: SessionLike | None, conn: Connection[Link]) -> None:
+        """Add ``$readPreference`` to a read command about to go out on
+        ``conn``, where the Server Selection spec says (after selection: it
+        depends on the type of the server ``conn`` came from)."""
+        server = self.topology.server_of(conn)
+        if server is not None:
+            self._add_read_preference(document, preference, session, server)
+
+    def _add_read_preference(self, document: dict[str, Any], preference: _ServerMode,
+                             session: SessionLike | None, server: Server) -> None:
+        if preference is readpref.PRIMARY and server.plain_primary_reads:
             return  # the common case, ahead of command_field's general one
         field = readpref.command_field(
             preference, load_balanced=self.load_balanced,
-            server_type=self.topology.server.server_type,
+            server_type=server.description.server_type, direct=self.topology.direct,
             in_transaction=session is not None and session.in_transaction)
         if field is not None:
             document["$readPreference"] = field
@@ -312,7 +356,9 @@ class Operations:
             # One reading of the clock: what is checked is what is used.
             left = deadline.remaining()
             if max_time:
-                command["maxTimeMS"] = deadline.max_time_ms(self._min_round_trip.value, left)
+                server = self.topology.server_of(conn)
+                command["maxTimeMS"] = deadline.max_time_ms(
+                    server.min_round_trip.value if server is not None else 0.0, left)
             elif left <= 0:
                 raise deadline.exceeded(f"no time left for {next(iter(command))}")
             round_trip = left
@@ -320,16 +366,19 @@ class Operations:
             # timeoutMS=0: no limit, and socketTimeoutMS no longer applies
             # (the link's None would mean socketTimeoutMS).
             round_trip = _NO_ROUND_TRIP_LIMIT
+        cluster_time = self.topology.cluster_time
         if session is not None:
             session.sending(command)
+            cluster_time = _later(cluster_time, session.cluster_time)
+        if cluster_time is not None:
+            command["$clusterTime"] = cluster_time
         events = self._commands
         if not events.listeners:
             # The hot path: no command events, so no request ID or clock of our own.
             try:
-                return link.command(dbname, command, timeout=round_trip)
+                reply = link.command(dbname, command, timeout=round_trip)
             except PyMongoError as error:
-                self.topology.handle_error(error, Phase.OPERATION, conn)
-                _transaction_error(session, next(iter(command)), error)
+                self._failed(error, conn, session, next(iter(command)))
                 raise
             except BaseException as error:
                 # Not a refusal nor a network error (a bug, an unencodable
@@ -337,7 +386,28 @@ class Operations:
                 # known to be clean, so checkin closes it.
                 conn.mark_errored(error)
                 raise
+            if "$clusterTime" in reply:
+                self._gossip(reply, session)
+            return reply
         return self._send_with_events(conn, link, dbname, command, session, round_trip)
+
+    def _gossip(self, reply: Mapping[str, Any], session: SessionLike | None) -> None:
+        """A reply's ``$clusterTime`` advances the client's and the session's."""
+        cluster_time = reply.get("$clusterTime")
+        if isinstance(cluster_time, Mapping):
+            self.topology.advance_cluster_time(cluster_time)
+            if session is not None:
+                session.advance_cluster_time(cluster_time)
+
+    def _failed(self, error: PyMongoError, conn: Connection[Link],
+                session: SessionLike | None, name: str) -> None:
+        """A round trip failed with ``error``: gossip a refusal's cluster time,
+        apply SDAM's rules, label a transaction's error."""
+        details = getattr(error, "details", None)
+        if isinstance(details, Mapping) and "$clusterTime" in details:
+            self._gossip(details, session)
+        self.topology.handle_error(error, Phase.OPERATION, conn)
+        _transaction_error(session, name, error)
 
     def _send_with_events(self, conn: Connection[Link], link: Link, dbname: str,
                           command: dict[str, Any], session: SessionLike | None,
@@ -347,24 +417,26 @@ class Operations:
         request_id = next_request_id()
         events = self._commands
         service_id, server_id = conn.service_id, link.server_connection_id
-        events.started(command, dbname, request_id, self.address, service_id, server_id)
+        address = conn.address
+        events.started(command, dbname, request_id, address, service_id, server_id)
         started = time.perf_counter()
         try:
             reply = link.command(dbname, command, request_id=request_id, timeout=round_trip)
         except PyMongoError as error:
             events.failed(time.perf_counter() - started, error, command, dbname,
-                          request_id, self.address, service_id, server_id)
-            self.topology.handle_error(error, Phase.OPERATION, conn)
-            _transaction_error(session, name, error)
+                          request_id, address, service_id, server_id)
+            self._failed(error, conn, session, name)
             raise
         except BaseException as error:
             conn.mark_errored(error)  # as in send
             if isinstance(error, Exception):
                 events.failed(time.perf_counter() - started, error, command, dbname,
-                              request_id, self.address, service_id, server_id)
+                              request_id, address, service_id, server_id)
             raise
+        if "$clusterTime" in reply:
+            self._gossip(reply, session)
         events.succeeded(time.perf_counter() - started, reply, name, dbname, request_id,
-                         self.address, service_id, server_id)
+                         address, service_id, server_id)
         return reply
 
     def run_in_session(self, session: SessionLike, dbname: str, command: dict[str, Any],
@@ -400,7 +472,8 @@ class Operations:
         if (retry is not False and next(iter(command)) in retries.WRITE_COMMANDS
                 and (retry or self.retry_writes) and retries.is_retryable_write(command)
                 and (session is None or not session.in_transaction)):
-            server = self.select(deadline)  # its error is the caller's to see
+            # Its error is the caller's to see.
+            server = self.select(deadline, preference)
             if server.retryable_writes_supported:
                 return self._run_write(dbname, command, session, deadline, preference, server)
         try:
@@ -416,22 +489,31 @@ class Operations:
                       preference: _ServerMode) -> dict[str, Any]:
         if session is None and deadline is None:
             # The hot path: plain try/finally rather than context managers,
-            # which cost a few microseconds per command.
-            conn = self.checkout(Purpose.OTHER)
+            # which cost a few microseconds per command; selection's shortcut
+            # (the one server primary reads go to) inline.
+            if self._closed:
+                raise InvalidOperation("the greenpool Client is closed")
+            server = self.topology.primary_server
+            if server is None or preference is not readpref.PRIMARY:
+                server = self.select_server(None, preference)
+            pool = server.pool
+            conn = pool.checkout()
+            conn.purpose = Purpose.OTHER
             try:
-                self.add_read_preference(command, preference, None)
+                if preference is not readpref.PRIMARY or not server.plain_primary_reads:
+                    self._add_read_preference(command, preference, None, server)
                 reply = self.send_in_implicit_session(conn, dbname, command)
             except Exception:
-                self.pool.checkin(conn)
+                pool.checkin(conn)
                 raise
             except BaseException:
-                self.pool.checkin_after_error(conn)  # a kill: no yield, see lease
+                pool.checkin_after_error(conn)  # a kill: no yield, see lease
                 raise
-            self.pool.checkin(conn)
+            pool.checkin(conn)
             return reply
         with self.lease(session, Purpose.OTHER, name=next(iter(command)),
-                        deadline=deadline) as conn:
-            self.add_read_preference(command, preference, session)
+                        deadline=deadline, preference=preference) as conn:
+            self.add_read_preference(command, preference, session, conn)
             if session is None:
                 return self.send_in_implicit_session(conn, dbname, command, deadline)
             return self.send(conn, dbname, command, session, deadline)
@@ -502,8 +584,9 @@ class Operations:
             raise
 
     def _select_for_retry(self, deadline: Deadline | None) -> ServerDescription:
-        """The server for a retry of a write; a retry needs one that supports
-        retryable writes, else the previous error is the one to report."""
+        """The server for a retry of a write, selected afresh (after a stepdown,
+        the new primary); a retry needs one that supports retryable writes,
+        else the previous error is the one to report."""
         server = self.select(deadline)
         if not server.retryable_writes_supported:
             raise _Unsupported
@@ -599,11 +682,13 @@ class Operations:
         """Tell the server the sessions are over (best effort, as drivers do)."""
         lsids = self._ended_lsids + [each.lsid for each in self._server_sessions]
         self._ended_lsids, self._server_sessions = [], []
-        if not lsids or not self.topology.server.is_server_type_known:
+        if not lsids:
             return
         for start in range(0, len(lsids), _END_SESSIONS_BATCH):
             batch = lsids[start:start + _END_SESSIONS_BATCH]
-            with contextlib.suppress(PyMongoError), self.lease(None, Purpose.OTHER) as conn:
+            # Any server with sessions, as known now (closing: no waiting).
+            with contextlib.suppress(PyMongoError), self.lease(
+                    None, Purpose.OTHER, preference=_ANY_SERVER) as conn:
                 self.send(conn, "admin", {"endSessions": batch}, None)
 
     # -- what is open, and closing --------------------------------------------------------
@@ -671,3 +756,11 @@ def _transaction_error(session: SessionLike | None, name: str, error: PyMongoErr
             and not error.has_error_label("TransientTransactionError")):
         error._add_error_label("TransientTransactionError")
     session.forget_pin_after(error)
+
+
+def _later(first: Mapping[str, Any] | None,
+           second: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """The later of two $clusterTime documents (either may be None)."""
+    if first is None or second is None:
+        return first if second is None else second
+    return second if second["clusterTime"] > first["clusterTime"] else first

@@ -1,20 +1,22 @@
 """Read preferences: which server a read may go to, and what the command says about it.
 
 Rules of this module: parsing and checking read preferences, and the ``$readPreference``
-field they put on a command; no server selection (the Client has one endpoint) and no
-I/O.
+field they put on a command; no server selection (:mod:`greenpool.client.selection`
+chooses servers by them) and no I/O.
 
-The Client talks to one endpoint, so a read preference never changes which
-server is selected; what it changes is the ``$readPreference`` field of the
-command, exactly as the Server Selection spec ("Passing read preference to
-mongos and load balancers", "Topology type: Single") says:
+Once a server is selected, a read preference becomes the ``$readPreference``
+field of the command, exactly as the Server Selection spec ("Passing read
+preference to mongos and load balancers", "Topology type: Single", "Topology
+types: ReplicaSetWithPrimary or ReplicaSetNoPrimary") says:
 
 * to a mongos or a load balancer: nothing for mode primary, otherwise the
   read preference document (``mode``, ``tags``, ``maxStalenessSeconds``);
 * to a standalone server: nothing;
-* to any other server of a direct connection (a replica set member): the
-  read preference document, with primary sent as ``primaryPreferred`` so that
-  a secondary can answer (not inside a transaction, which runs on a primary).
+* to a replica set member found by discovery: nothing for mode primary,
+  otherwise the read preference document;
+* to a replica set member of a direct connection: the read preference
+  document, with primary sent as ``primaryPreferred`` so that a secondary can
+  answer (not inside a transaction, which runs on a primary).
 
 Values are PyMongo's read preference objects
 (``pymongo.ReadPreference.SECONDARY``, ``pymongo.read_preferences.Nearest(
@@ -23,10 +25,10 @@ document as the unified test format writes it
 (``{"mode": "nearest", "tags": [{"dc": "ny"}], "maxStalenessSeconds": 120}``).
 
 >>> command_field(coerce("secondaryPreferred"), load_balanced=True,
-...               server_type=SERVER_TYPE.LoadBalancer, in_transaction=False)
+...               server_type=SERVER_TYPE.LoadBalancer, direct=False, in_transaction=False)
 {'mode': 'secondaryPreferred'}
 >>> command_field(coerce("primary"), load_balanced=True,
-...               server_type=SERVER_TYPE.LoadBalancer, in_transaction=False) is None
+...               server_type=SERVER_TYPE.LoadBalancer, direct=False, in_transaction=False) is None
 True
 """
 
@@ -115,15 +117,16 @@ def coerce(value: object) -> _ServerMode:
         f"not {value!r}")
 
 
-#: The server types to which a primary read preference is never sent (see
-#: command_field): a shortcut for the hot path, outside load-balanced mode.
+#: The server types to which a direct connection never sends a primary read
+#: preference (see command_field): a shortcut for the hot path.
 PRIMARY_ALONE = frozenset({SERVER_TYPE.Standalone, SERVER_TYPE.Unknown, SERVER_TYPE.Mongos})
 
 
 def command_field(preference: _ServerMode, *, load_balanced: bool, server_type: int,
-                  in_transaction: bool) -> dict[str, Any] | None:
-    """The ``$readPreference`` a read command carries to this server, or None
-    when it must carry none (Server Selection spec, for OP_MSG)."""
+                  direct: bool, in_transaction: bool) -> dict[str, Any] | None:
+    """The ``$readPreference`` a read command carries to this server (of a
+    topology of type Single if ``direct``), or None when it must carry none
+    (Server Selection spec, for OP_MSG)."""
     if load_balanced or server_type == SERVER_TYPE.Mongos:
         if preference.mode == PRIMARY.mode:
             return None
@@ -132,8 +135,9 @@ def command_field(preference: _ServerMode, *, load_balanced: bool, server_type: 
         return None
     if preference.mode == PRIMARY.mode:
         # A direct connection to a replica set member: whatever its state, it
-        # may answer; inside a transaction the member is the primary.
-        return None if in_transaction else dict(_PRIMARY_PREFERRED)
+        # may answer; inside a transaction the member is the primary. A member
+        # discovery selected for a primary read is the primary.
+        return None if in_transaction or not direct else dict(_PRIMARY_PREFERRED)
     return dict(preference.document)
 
 

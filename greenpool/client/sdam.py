@@ -25,6 +25,9 @@ changes:
   changes closed connections anyway. The wire version is that of the
   connection that got the error, never the server description's (which is
   0 once an earlier error has marked the server Unknown);
+* an error labelled ``SystemOverloadedError`` (the Client Backpressure spec:
+  a network error of a new connection's hello, where a server shedding load
+  drops connections, or a server's overload error) is ignored;
 * any other command error during the handshake (authentication, or a hello
   refused) marks Unknown and clears;
 * other network errors mark Unknown and clear;
@@ -56,6 +59,7 @@ from pymongo.errors import WaitQueueTimeoutError as _PyMongoWaitQueueTimeoutErro
 
 from greenpool.client.retries import error_code
 from greenpool.errors import PoolClearedError
+from greenpool.wire.connector import is_overloaded
 from greenpool.wire.replies import SHUTDOWN_CODES, is_state_change_error
 
 __all__ = ["IGNORE", "ErrorContext", "Phase", "Verdict", "check_failed", "is_stale_description",
@@ -114,7 +118,7 @@ def judge(context: ErrorContext) -> Verdict:
         return IGNORE
     if isinstance(error, OperationFailure | NotPrimaryError):
         return _judge_command_error(context, error)
-    if isinstance(error, ConnectionFailure):
+    if isinstance(error, ConnectionFailure) and not is_overloaded(error):
         return _unknown_and_clear(context)
     return IGNORE
 
@@ -146,8 +150,8 @@ def _judge_command_error(
             clear=code in SHUTDOWN_CODES or old_server,
             request_check=True,
         )
-    if context.phase is not Phase.OPERATION:  # the hello or authentication was refused
-        return _unknown_and_clear(context)
+    if context.phase is not Phase.OPERATION and not is_overloaded(error):
+        return _unknown_and_clear(context)  # the hello or authentication was refused
     return IGNORE
 
 

@@ -10,7 +10,13 @@ transaction on ``TransientTransactionError``, and the commit on
 
 In load-balanced mode a transaction keeps one connection from its first
 command to its commit or abort (``pinned``), so that every command reaches
-the same service behind the balancer.
+the same service behind the balancer; on a sharded cluster it keeps the
+mongos its first command went to (``pinned_address``), until a transient
+error or the next transaction unpins it (Transactions spec).
+
+A session keeps the highest ``$clusterTime`` its commands have seen
+(:attr:`Session.cluster_time`); each command carries the later of it and the
+client's (Sessions spec).
 
 Rules. A session reaches the rest of the client only through the public
 methods of the Operations it is given (run its commit or abort, unpin, say it
@@ -29,11 +35,13 @@ from collections.abc import Callable, Mapping, MutableMapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from bson.binary import UUID_SUBTYPE, Binary
+from bson.timestamp import Timestamp
 from pymongo.errors import ConnectionFailure, InvalidOperation, OperationFailure, PyMongoError
 
 from greenpool.client.timeouts import Deadline, check_seconds, resolve
 
 if TYPE_CHECKING:
+    from greenpool.address import Address
     from greenpool.client.operations import Operations
     from greenpool.pool.connection import Connection
     from greenpool.wire.link import Link
@@ -83,6 +91,9 @@ class Session:
         self.ended = False
         #: The connection a load-balanced transaction is pinned to.
         self.pinned: Connection[Link] | None = None
+        #: The mongos a sharded transaction is pinned to.
+        self.pinned_address: Address | None = None
+        self._cluster_time: dict[str, Any] | None = None
         self._commit_attempts = 0
 
     @property
@@ -95,6 +106,23 @@ class Session:
         """The deadline every operation in this session shares while
         :meth:`with_transaction` runs with a time limit; None otherwise."""
         return self._deadline
+
+    @property
+    def cluster_time(self) -> dict[str, Any] | None:
+        """The highest ``$clusterTime`` seen in this session (None before any)."""
+        return self._cluster_time
+
+    def advance_cluster_time(self, cluster_time: Mapping[str, Any]) -> None:
+        """Advance :attr:`cluster_time` to ``cluster_time`` (a ``$clusterTime``
+        document, as a reply carries it) if it is later; an earlier one
+        changes nothing (PyMongo's ``ClientSession.advance_cluster_time``)."""
+        if not isinstance(cluster_time, Mapping) or not isinstance(
+                cluster_time.get("clusterTime"), Timestamp):
+            raise TypeError(f"cluster_time must be a $clusterTime document (with a "
+                            f"Timestamp clusterTime), not {cluster_time!r}")
+        current = self._cluster_time
+        if current is None or cluster_time["clusterTime"] > current["clusterTime"]:
+            self._cluster_time = dict(cluster_time)
 
     @property
     def in_transaction(self) -> bool:
@@ -331,6 +359,7 @@ class Session:
             self._operations.run_in_session(self, "admin", command, deadline)
 
     def _unpin(self) -> None:
+        self.pinned_address = None
         pinned, self.pinned = self.pinned, None
         if pinned is not None:
             self._operations.unpin(pinned)

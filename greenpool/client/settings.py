@@ -101,11 +101,10 @@ class ClientSettings:
     does not.
 
     ``extra`` holds the options greenpool validates but does not use (``w``,
-    ``journal``, ``readConcernLevel``, ``localThresholdMS``,
-    ``uuidRepresentation``...), keyed by lower-case option name since option
-    names are case-insensitive: booleans as ``bool``, counts and milliseconds
-    as numbers, the rest as strings. It is there so nothing in a connection
-    string is silently lost.
+    ``journal``, ``readConcernLevel``, ``uuidRepresentation``...), keyed by
+    lower-case option name since option names are case-insensitive: booleans
+    as ``bool``, counts and milliseconds as numbers, the rest as strings. It
+    is there so nothing in a connection string is silently lost.
     """
 
     hosts: tuple[Address, ...]
@@ -135,6 +134,8 @@ class ClientSettings:
     tls_insecure: bool = False
     heartbeat_frequency: float = 10.0
     server_selection_timeout: float = 30.0
+    #: localThresholdMS: the latency window of server selection.
+    local_threshold: float = 0.015
     direct_connection: bool = False
     replica_set: str | None = None
     #: The host of a mongodb+srv:// URI, whose SRV records gave ``hosts``.

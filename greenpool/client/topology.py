@@ -1,55 +1,67 @@
-"""The Client's topology: one server, or one load balancer, and its monitor.
+"""The Client's topology: its servers, their description, and server selection.
 
-Rules of this module: the topology's description, its monitor greenlet and the
-application of :mod:`greenpool.client.sdam`'s verdicts; deciding what an error means
-lives in sdam, not here, and running operations lives in the Client.
+Rules of this module: the topology's state (its description, one
+:class:`~greenpool.client.server.Server` per address), applying what checks and
+errors tell of a server, SDAM's events, and selection's wait for a suitable
+server. What an outcome does to the description is decided by
+:mod:`greenpool.client.discovery`, what an error means by :mod:`greenpool.client.sdam`,
+which servers suit an operation by :mod:`greenpool.client.selection`; running
+operations lives in :mod:`greenpool.client.operations`.
 
-greenpool's :class:`~greenpool.Client` talks to a single endpoint, so its
-topology is either ``Single`` (a directly connected server, checked by a
-monitor greenlet) or ``LoadBalanced`` (no monitor, per the Load Balancer
-spec). Descriptions and events are PyMongo's own classes, delivered to
-PyMongo's ``TopologyListener``, ``ServerListener`` and
-``ServerHeartbeatListener`` objects, so existing SDAM listeners work.
+Topologies are the SDAM spec's: Single (directConnection=true), ReplicaSetNoPrimary
+and ReplicaSetWithPrimary, Sharded, LoadBalanced (loadBalanced=true: no monitor, per
+the Load Balancer spec) and Unknown (where discovery starts without a replicaSet
+name). Each server has its own CMAP pool and monitor greenlet: a server discovery
+adds is opened and monitored, a server it removes has its monitor stopped and its
+pool closed, and a clear touches that server's pool alone. Descriptions and events
+are PyMongo's classes, delivered to PyMongo's ``TopologyListener``,
+``ServerListener`` and ``ServerHeartbeatListener`` objects, so existing SDAM
+listeners work.
 
-What the topology does with errors is decided by :mod:`greenpool.client.sdam`; this
-module applies the verdicts: it marks the server Unknown, clears the pool
-(with the error that caused it) and requests an immediate check.
+Each outcome is applied whole before any event goes out (the description, the
+servers, the pools made ready, the removed servers closed), so a listener that
+yields sees a consistent topology. The events follow in the spec's order: the
+server's description changed (and those of servers the outcome changed too),
+the servers opened and closed, then the topology's description changed; the
+monitors of the servers opened start last.
 
-Server selection follows the Server Selection spec's loop: while the server
-is unknown, each round requests an immediate check and waits for the next
-check to complete (whatever its outcome), until the server is known or the
-timeout passes. The monitor runs requested checks at most every
-minHeartbeatFrequencyMS (500 ms), so a server that comes back is used within
-about half a second of answering, however long heartbeatFrequencyMS is.
+Server selection follows the Server Selection spec's loop: while no server
+suits the operation, each round requests an immediate check of every server and
+waits for the next check to complete (whatever its outcome), until a server
+suits or the timeout passes; its error names what was looked for and what each
+server was last seen as. Monitors run requested checks at most every
+minHeartbeatFrequencyMS (500 ms), so a server that comes back (or a newly
+elected primary) is used within about half a second of answering, however long
+heartbeatFrequencyMS is. Primary reads and writes take a shortcut when exactly
+one server can take them (a direct connection, a primary, a load balancer, the
+one mongos): :attr:`Topology.primary_server`, kept with the description.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from bson.objectid import ObjectId
 from pymongo import monitoring as _m
-from pymongo.errors import ServerSelectionTimeoutError
+from pymongo.errors import AutoReconnect, ServerSelectionTimeoutError
 from pymongo.hello import Hello
+from pymongo.read_preferences import _ServerMode
 from pymongo.server_description import ServerDescription
+from pymongo.server_type import SERVER_TYPE
 from pymongo.topology_description import TOPOLOGY_TYPE, TopologyDescription
 
 from greenpool.address import Address, format_address
-from greenpool.client.monitor import Checker, Monitor
-from greenpool.client.readpref import PRIMARY_ALONE
-from greenpool.client.sdam import (
-    ErrorContext,
-    Phase,
-    Verdict,
-    check_failed,
-    is_stale_description,
-    judge,
-)
+from greenpool.client import discovery
+from greenpool.client.monitor import Checker
+from greenpool.client.readpref import PRIMARY, PRIMARY_ALONE
+from greenpool.client.sdam import IGNORE, ErrorContext, Phase, Verdict, check_failed, judge
+from greenpool.client.selection import pick, select_servers
+from greenpool.client.server import Server
 from greenpool.client.topologylog import log_event
+from greenpool.errors import ConfigurationError
 from greenpool.pool.connection import Connection
 from greenpool.pool.pool import Pool
 from greenpool.pool.waitqueue import WaitQueue, WaitTimedOut
@@ -58,232 +70,435 @@ from greenpool.wire.connector import handshake_completed
 __all__ = ["Topology"]
 
 _LOG = logging.getLogger("greenpool")
-
-
-@dataclass
-class _Settings:
-    """What PyMongo's TopologyDescription reads from its settings object."""
-
-    seeds: list[Address]
-    heartbeat_frequency: float
-    _topology_id: ObjectId = field(default_factory=ObjectId)
-    _srv_max_hosts: int = 0
-    local_threshold_ms: int = 15
-    load_balanced: bool = False
-    direct: bool = True
-    replica_set_name: str | None = None
+# A pool is made ready after a check that finds one of these (SDAM's Connection
+# Pool Management), or any known type in a Single topology.
+_SELECTABLE = discovery.DATA_BEARING | {SERVER_TYPE.LoadBalancer}
+# How many removals selection's error recalls.
+_DEPARTED_KEPT = 8
 
 
 class Topology:
-    """The one server the Client talks to, as SDAM describes it."""
+    """The servers a Client talks to, as SDAM describes them; see the module's docstring.
 
-    # What every command reads of the server, set with it (_set_server).
-    #: The server once it is usable (its type is known), else None.
-    known: ServerDescription | None
-    #: A primary read needs no $readPreference (Server Selection spec).
-    plain_primary_reads: bool
+    :param seeds: the connection string's hosts (or its SRV records').
+    :param make_pool: the CMAP pool of a server, by address (paused until a check
+        finds the server).
+    """
+
+    # What every command reads, kept with the description (_commit).
+    #: The one server that primary reads and writes select now, when there is
+    #: exactly one that suits them; None when selection must wait or choose.
+    primary_server: Server | None
+    #: The topology's logicalSessionTimeoutMinutes (None: no sessions).
     session_timeout_minutes: int | None
+    #: The highest $clusterTime seen (Sessions spec), to send with commands.
+    cluster_time: Mapping[str, Any] | None
 
-    def __init__(self, address: Address, pool: Pool[Any], *, load_balanced: bool,
-                 heartbeat_frequency: float, server_selection_timeout: float,
+    def __init__(self, seeds: Sequence[Address], make_pool: Callable[[Address], Pool[Any]], *,
+                 load_balanced: bool = False, direct: bool = False,
+                 replica_set: str | None = None, heartbeat_frequency: float = 10.0,
+                 server_selection_timeout: float = 30.0, local_threshold: float = 0.015,
                  listeners: Iterable[object] = ()) -> None:
-        self.address = address
-        self.pool = pool
         self.load_balanced = load_balanced
         self.server_selection_timeout = server_selection_timeout
+        #: localThresholdMS, in seconds.
+        self.local_threshold = local_threshold
+        self._heartbeat_frequency = heartbeat_frequency
+        self._seeds = tuple(seeds)
+        self._make_pool = make_pool
+        self._make_checker: Callable[[Server], Checker] | None = None
         self._listeners = list(listeners)
-        self._settings = _Settings([address], heartbeat_frequency, load_balanced=load_balanced)
-        self._set_server(ServerDescription(address))
-        self._description = self._describe(TOPOLOGY_TYPE.Unknown, {})
+        self._topology_id = ObjectId()
+        self._initial = discovery.initial(
+            self._seeds, direct=direct, replica_set=replica_set, load_balanced=load_balanced,
+            heartbeat_frequency=heartbeat_frequency, local_threshold=local_threshold,
+            topology_id=self._topology_id)
+        self._servers: dict[Address, Server] = {}
+        self._description = discovery.closed(self._initial)
+        self.primary_server = None
+        self.session_timeout_minutes = None
+        self.cluster_time = None
+        self._incompatible: str | None = None
+        # Why servers left the topology, most recent last (for selection's error).
+        self._departed: dict[Address, str] = {}
         # Selections waiting for the next check to complete (Server Selection spec).
         self._checks: WaitQueue[bool] = WaitQueue()
-        self.monitor: Monitor | None = None
         self._closed = False
 
     @property
     def topology_id(self) -> ObjectId:
-        return self._settings._topology_id
+        return self._topology_id
 
     @property
     def heartbeat_frequency(self) -> float:
-        """heartbeatFrequencyMS, in seconds (what the monitor reads)."""
-        return self._settings.heartbeat_frequency
+        """heartbeatFrequencyMS, in seconds (what the monitors read)."""
+        return self._heartbeat_frequency
 
     @property
     def description(self) -> TopologyDescription:
         return self._description
 
     @property
-    def server(self) -> ServerDescription:
-        return self._server
+    def servers(self) -> Mapping[Address, Server]:
+        """The servers of the topology now, by address (a copy)."""
+        return dict(self._servers)
+
+    @property
+    def seeds(self) -> tuple[Address, ...]:
+        """The hosts the client was given."""
+        return self._seeds
+
+    @property
+    def direct(self) -> bool:
+        """Whether the topology is a direct connection to one server (type Single)."""
+        return self._description.topology_type == TOPOLOGY_TYPE.Single
 
     # -- opening and closing --------------------------------------------------------
 
-    def open(self, make_checker: Callable[[], Checker] | None) -> None:
-        """Emit the opening events; start the monitor, or in load-balanced
-        mode describe the balancer and make the pool ready at once."""
-        self.publish("opened", _m.TopologyOpenedEvent(self.topology_id))
-        kind = TOPOLOGY_TYPE.LoadBalanced if self.load_balanced else TOPOLOGY_TYPE.Single
-        self._change_topology(self._describe(kind, {self.address: self._server}))
-        self.publish("opened", _m.ServerOpeningEvent(self.address, self.topology_id))
+    def open(self, make_checker: Callable[[Server], Checker] | None) -> None:
+        """Describe the seeds, open a server for each and start its monitor
+        (``make_checker(server)`` makes its monitoring connection; None: no
+        monitors). In load-balanced mode describe the balancer and make its
+        pool ready at once."""
+        self._make_checker = None if self.load_balanced else make_checker
+        self.publish("opened", _m.TopologyOpenedEvent(self._topology_id))
+        self._servers = {address: Server(self, address, self._make_pool(address))
+                         for address in self._seeds}
+        empty = self._description
+        self._commit(self._initial)
+        self.publish("description_changed", _m.TopologyDescriptionChangedEvent(
+            empty, self._initial, self._topology_id))
+        for server in list(self._servers.values()):
+            self.publish("opened", _m.ServerOpeningEvent(server.address, self._topology_id))
+            if not self._closed:
+                server.start(self._make_checker)
         if self.load_balanced:
             # The Load Balancer spec: no monitor, and the server is described
             # as a LoadBalancer from the start, with every field but its
             # address and type unset (a serviceId is how PyMongo's Hello
             # tells the type; the description does not keep it).
-            hello = Hello({"ok": 1, "serviceId": self.topology_id})
-            self._change_server(ServerDescription(self.address, hello))
-            self.pool.ready()
-        else:
-            assert make_checker is not None
-            self.monitor = Monitor(self, make_checker)
-            self.monitor.start()
+            for server in list(self._servers.values()):
+                hello = Hello({"ok": 1, "serviceId": self._topology_id})
+                self._apply(server, ServerDescription(server.address, hello))
+        elif not self._seeds:
+            _LOG.warning("greenpool: the topology has no servers: the client was given no "
+                         "hosts")
 
     def close(self) -> None:
-        """Stop the monitor and emit the closing events."""
+        """Stop the monitors, emit the closing events, close the pools."""
         if self._closed:
             return
         self._closed = True
-        if self.monitor is not None:
-            self.monitor.stop()
-        self.publish("closed", _m.ServerClosedEvent(self.address, self.topology_id))
-        self._change_topology(self._describe(TOPOLOGY_TYPE.Unknown, {}))
-        self.publish("closed", _m.TopologyClosedEvent(self.topology_id))
+        servers = list(self._servers.values())
+        for server in servers:
+            if server.monitor is not None:
+                server.monitor.stop()
+        for server in servers:
+            self.publish("closed", _m.ServerClosedEvent(server.address, self._topology_id))
+        # The servers stay (closed), so their pools' statistics can still be read.
+        old, self._description = self._description, discovery.closed(self._description)
+        self.primary_server = None
+        self.publish("description_changed", _m.TopologyDescriptionChangedEvent(
+            old, self._description, self._topology_id))
+        self.publish("closed", _m.TopologyClosedEvent(self._topology_id))
         self._checks.fail_all(lambda: ServerSelectionTimeoutError("the client was closed"))
+        for server in servers:
+            server.pool.close()
 
     # -- server selection -------------------------------------------------------------
 
-    def select(self, timeout: float | None = None) -> ServerDescription:
-        """The server's description once it is usable (known), waiting at most
-        the server selection timeout (``timeout`` instead, if given)."""
-        if self._closed:
-            raise ServerSelectionTimeoutError(
-                f"{format_address(self.address)}: the client was closed")
-        server = self.known
-        if server is not None:
+    def select(self, preference: _ServerMode = PRIMARY, timeout: float | None = None) -> Server:
+        """A server that suits a read with ``preference`` (primary, the default:
+        also any write), waiting at most the server selection timeout
+        (``timeout`` instead, if given).
+
+        :raises pymongo.errors.ServerSelectionTimeoutError: none within the
+            limit; the message names what was looked for and each server's state.
+        :raises greenpool.ConfigurationError: a server's wire versions do not
+            overlap greenpool's.
+        """
+        server = self.primary_server
+        if server is not None and preference is PRIMARY:
             return server
         return self._wait_for_server(
-            self.server_selection_timeout if timeout is None else timeout)
+            preference, self.server_selection_timeout if timeout is None else timeout)
 
-    def _wait_for_server(self, limit: float) -> ServerDescription:
-        """The Server Selection spec's loop: request an immediate check, wait
-        until a check completes, look again; a failed check wakes the waiters
-        too, so each round asks for the next check (the monitor spaces them
-        by minHeartbeatFrequencyMS)."""
+    def select_address(self, address: Address) -> Server:
+        """The server at ``address``, whatever its state (a cursor's getMore
+        goes to the server that opened it, a transaction to its pinned mongos).
+
+        :raises pymongo.errors.AutoReconnect: it is no longer in the topology
+            (the operation's server is gone), or the client is closed.
+        """
+        server = None if self._closed else self._servers.get(address)
+        if server is None:
+            why = ("the client was closed" if self._closed
+                   else self._departed.get(address, "it is not in the topology"))
+            raise AutoReconnect(f"{format_address(address)}: the operation's server is "
+                                f"gone: {why}")
+        return server
+
+    def server_of(self, conn: Connection[Any]) -> Server | None:
+        """The server ``conn`` belongs to, or None if that server has left the topology."""
+        server = self._servers.get(conn.address)
+        return server if server is not None and server.pool is conn.pool else None
+
+    def _wait_for_server(self, preference: _ServerMode, limit: float) -> Server:
+        """The Server Selection spec's loop: look for a suitable server; if none,
+        request an immediate check of every server, wait until a check
+        completes, look again; a failed check wakes the waiters too, so each
+        round asks for the next checks (the monitors space them by
+        minHeartbeatFrequencyMS)."""
         expires = time.monotonic() + limit
         while True:
-            if self._closed:  # closed while this waiter was being woken
-                raise ServerSelectionTimeoutError(
-                    f"{format_address(self.address)}: the client was closed")
-            if self.monitor is not None:
-                self.monitor.request_check()
+            if self._closed:  # also closed while this waiter was being woken
+                raise ServerSelectionTimeoutError("the client was closed")
+            if self._incompatible is not None:
+                raise ConfigurationError(self._incompatible)
+            server = self._choose(preference)
+            if server is not None:
+                return server
+            for each in list(self._servers.values()):
+                if each.monitor is not None:
+                    each.monitor.request_check()
             try:
                 self._checks.join().wait(expires - time.monotonic())
             except WaitTimedOut:
                 raise ServerSelectionTimeoutError(
-                    f"{format_address(self.address)}: no usable server within {limit:g} s; "
-                    f"last error: {self._server.error!r}"
-                ) from None
-            if self._server.is_server_type_known:
-                return self._server
+                    self._no_server(preference, limit)) from None
+
+    def _choose(self, preference: _ServerMode) -> Server | None:
+        candidates = select_servers(
+            self._description, preference, local_threshold=self.local_threshold,
+            heartbeat_frequency=self._heartbeat_frequency)
+        if not candidates:
+            return None
+        return self._servers[pick(candidates, self._operation_count).address]
+
+    def _operation_count(self, address: Address) -> int:
+        return self._servers[address].operation_count()
+
+    def _no_server(self, preference: _ServerMode, limit: float) -> str:
+        """Selection's error: what it looked for, and what it saw."""
+        wanted = ("a primary read or a write" if preference.mode == PRIMARY.mode
+                  else f"a read with read preference {preference.document}")
+        description = self._description
+        kind = description.topology_type_name
+        if description.replica_set_name is not None:
+            kind += f" (replica set {description.replica_set_name!r})"
+        seen = "; ".join(_seen(server) for server in description.server_descriptions().values())
+        departed = "".join(f"; {why}" for why in self._departed.values())
+        return (f"no server suitable for {wanted} within {limit:g} s; topology {kind}: "
+                f"{seen or 'no servers'}{departed}")
 
     # -- what checks and errors tell us ---------------------------------------------------
 
-    def check_succeeded(self, description: ServerDescription) -> None:
-        """A monitor check succeeded (``description`` is its reply, parsed):
-        describe the server, resume the pool."""
+    def check_succeeded(self, server: Server, description: ServerDescription) -> None:
+        """A monitor's check of ``server`` succeeded (``description`` is its
+        reply, parsed): describe it, resume its pool if it suits operations."""
         if self._closed:
             return
-        if not is_stale_description(self._server.topology_version,
-                                    description.topology_version):
-            self._change_server(description)
-            self.pool.ready()
+        self._receive_cluster_time(description.cluster_time)
+        self._apply(server, description)
         self._checks.deliver_all(True)
 
-    def check_failed(self, error: Exception) -> None:
-        """A monitor check failed: Unknown, and the pool cleared (and
-        in-use connections interrupted if the check timed out)."""
+    def check_failed(self, server: Server, error: Exception) -> None:
+        """A monitor's check of ``server`` failed: Unknown, and its pool cleared
+        (and in-use connections interrupted if the check timed out)."""
         if self._closed:
             return
-        self._apply(check_failed(error), error, service_id=None)
+        self._act(server, check_failed(error), error, service_id=None)
         self._checks.deliver_all(False)
 
-    def handle_error(self, error: Exception, phase: Phase,
-                     conn: Connection[Any] | None = None) -> Verdict:
-        """Apply SDAM's rules to an application error on ``conn``."""
-        link = conn.transport if conn is not None else None
-        context = ErrorContext(
-            error, phase,
-            stale=conn is not None and self.pool.is_stale(conn),
-            load_balanced=self.load_balanced,
-            # The connection's own wire version: after a first error the
-            # description is Unknown, whose wire version (0) says nothing.
+    def handle_error(self, error: Exception, phase: Phase, conn: Connection[Any]) -> Verdict:
+        """Apply SDAM's rules to an application error on ``conn``, for the
+        server it came from (nothing if that server left the topology)."""
+        server = self.server_of(conn)
+        if server is None:
+            return IGNORE
+        link = conn.transport
+        # The connection's own wire version: after a first error the
+        # description is Unknown, whose wire version (0) says nothing.
+        return self.server_error(
+            server, error, phase, stale=server.pool.is_stale(conn),
             max_wire_version=(link.max_wire_version
                               if link is not None and link.hello is not None else None),
-            topology_version=self._server.topology_version,
-        )
+            service_id=conn.service_id)
+
+    def server_error(self, server: Server, error: Exception, phase: Phase, *, stale: bool,
+                     max_wire_version: int | None,
+                     service_id: ObjectId | None = None) -> Verdict:
+        """Apply SDAM's rules to an application error on a connection of
+        ``server`` (``stale``: of an older generation than its pool's)."""
+        context = ErrorContext(
+            error, phase, stale=stale, load_balanced=self.load_balanced,
+            max_wire_version=max_wire_version,
+            topology_version=server.description.topology_version)
         verdict = judge(context)
-        self._apply(verdict, error, service_id=conn.service_id if conn is not None else None)
+        self._act(server, verdict, error, service_id)
         return verdict
 
     def handle_establish_error(self, error: Exception, conn: Connection[Any]) -> None:
-        """The pool's ``on_establish_error`` handler: SDAM's rules for an
-        error while establishing ``conn``. Errors up to and including the
-        hello are the CONNECT phase (the Load Balancer spec ignores them);
-        errors after it (authentication) are the AUTHENTICATE phase."""
+        """A pool's ``on_establish_error`` handler: SDAM's rules for an error
+        while establishing ``conn``. Errors up to and including the hello are
+        the CONNECT phase (the Load Balancer spec ignores them); errors after
+        it (authentication) are the AUTHENTICATE phase."""
         phase = Phase.AUTHENTICATE if handshake_completed(error) else Phase.CONNECT
         self.handle_error(error, phase, conn)
 
-    def _apply(self, verdict: Verdict, error: Exception, service_id: ObjectId | None) -> None:
+    def advance_cluster_time(self, cluster_time: Mapping[str, Any] | None) -> None:
+        """A reply's ``$clusterTime``: kept if newer than the highest seen."""
+        self._receive_cluster_time(cluster_time)
+
+    def _receive_cluster_time(self, cluster_time: object) -> None:
+        if not isinstance(cluster_time, Mapping):
+            return
+        current = self.cluster_time
+        try:
+            if current is None or cluster_time["clusterTime"] > current["clusterTime"]:
+                self.cluster_time = cluster_time
+        except (KeyError, TypeError):
+            # Anything a server sends can be wrong: a malformed one is not kept.
+            pass
+
+    def _act(self, server: Server, verdict: Verdict, error: Exception,
+             service_id: ObjectId | None) -> None:
+        if self._closed or self._servers.get(server.address) is not server:
+            return  # closed, or it left the topology meanwhile
         if verdict.mark_unknown and not self.load_balanced:
-            self._change_server(ServerDescription(self.address, error=error))
+            self._apply(server, ServerDescription(server.address, error=error))
         if verdict.clear:
             if self.load_balanced:
                 if service_id is not None:
-                    self.pool.clear(service_id=service_id, error=error)
+                    server.pool.clear(service_id=service_id, error=error)
             else:
-                self.pool.clear(interrupt_in_use_connections=verdict.interrupt, error=error)
-        if verdict.request_check and self.monitor is not None:
-            self.monitor.request_check()
-        elif verdict.mark_unknown and self.monitor is not None:
-            # SDAM: after a network error, cancel the check in progress and
-            # close the monitoring connection; the next check reconnects.
-            self.monitor.cancel_check()
+                server.pool.clear(interrupt_in_use_connections=verdict.interrupt, error=error)
+        if server.monitor is not None:
+            if verdict.request_check:
+                server.monitor.request_check()
+            elif verdict.mark_unknown:
+                # SDAM: after a network error, cancel the check in progress and
+                # close the monitoring connection; the next check reconnects.
+                server.monitor.cancel_check()
 
     # -- descriptions and events ------------------------------------------------------------
 
-    def _describe(
-        self, kind: int, servers: dict[Address, ServerDescription]
-    ) -> TopologyDescription:
-        return TopologyDescription(kind, servers, None, None, None, self._settings)
+    def srv_hosts_changed(self, hosts: Sequence[Address], srv_max_hosts: int = 0) -> None:
+        """An SRV poll found ``hosts`` (the poller's ``on_hosts``): in an
+        Unknown or Sharded topology, servers no longer listed are closed and new
+        ones opened and monitored (see :func:`greenpool.client.discovery.srv_update`)."""
+        if self._closed:
+            return
+        old = self._description
+        change = discovery.srv_update(old, hosts, srv_max_hosts=srv_max_hosts)
+        if change.description is not old:
+            self._enact(old, change)
+            self._checks.deliver_all(True)
 
-    def _set_server(self, new: ServerDescription) -> None:
-        """Describe the server as ``new``, and work out here, once per
-        description, what every command would otherwise read of it through
-        PyMongo's properties."""
-        self._server = new
-        self.known = new if new.is_server_type_known else None
-        self.plain_primary_reads = (not self.load_balanced
-                                    and new.server_type in PRIMARY_ALONE)
-        self.session_timeout_minutes = new.logical_session_timeout_minutes
+    @property
+    def polls_srv(self) -> bool:
+        """Whether an SRV poll may change the topology now (type Unknown or Sharded)."""
+        return not self._closed and self._description.topology_type in discovery.SRV_POLLING
 
-    def _change_server(self, new: ServerDescription) -> None:
-        old = self._server
-        self._set_server(new)
-        if old != new:
+    def _apply(self, server: Server, new: ServerDescription) -> None:
+        """``new`` describes ``server`` now: update the topology as discovery
+        says, then emit the events."""
+        if self._closed or self._servers.get(server.address) is not server:
+            return  # a check of a server removed meanwhile: ignored (SDAM's "remove")
+        old = self._description
+        change = discovery.update(old, new, seed_count=len(self._seeds))
+        if change.description is not old:  # else stale by topologyVersion
+            self._enact(old, change, server, new)
+
+    def _enact(self, old: TopologyDescription, change: discovery.Update,
+               server: Server | None = None, new: ServerDescription | None = None) -> None:
+        """Make ``change`` the topology (it follows ``new``, the outcome for
+        ``server``, if given): its servers opened and closed, the server's pool
+        made ready if it suits operations, then the events."""
+        before = old.server_descriptions()
+        added = [Server(self, address, self._make_pool(address)) for address in change.added]
+        removed = [self._servers.pop(address) for address in change.removed]
+        self._servers.update((each.address, each) for each in added)
+        self._commit(change.description)
+        now = change.description.server_descriptions()
+        mine = now.get(server.address) if server is not None else None
+        if server is not None and mine is not None and (
+                mine.server_type in _SELECTABLE or (mine.is_server_type_known and self.direct)):
+            server.pool.ready()
+        for each in removed:
+            each.close()
+        try:
+            if server is not None and new is not None:
+                self._publish_changes(server.address, before, now, new)
+            for each in added:
+                self.publish("opened", _m.ServerOpeningEvent(each.address, self._topology_id))
+            for each in removed:
+                self._removed(each, change.removed[each.address])
+            if not discovery.equivalent(old, change.description):
+                self.publish("description_changed", _m.TopologyDescriptionChangedEvent(
+                    old, change.description, self._topology_id))
+        finally:
+            # Monitors start after their ServerOpening event, whatever a
+            # listener raised or a kill interrupted: a server without one
+            # would never be checked.
+            if not self._closed:
+                for each in added:
+                    each.start(self._make_checker)
+        for address in change.check:
+            checked = self._servers.get(address)
+            if checked is not None and checked.monitor is not None:
+                checked.monitor.request_check()
+
+    def _publish_changes(self, address: Address, before: Mapping[Address, ServerDescription],
+                         now: Mapping[Address, ServerDescription],
+                         new: ServerDescription) -> None:
+        """ServerDescriptionChanged for the server described (as the rules left
+        it; as reported if they removed it), then for any other the rules
+        changed (an old primary marked Unknown)."""
+        previous, current = before[address], now.get(address, new)
+        if previous != current:
             self.publish("description_changed", _m.ServerDescriptionChangedEvent(
-                old, new, self.address, self.topology_id))
-            kind = self._description.topology_type
-            self._change_topology(self._describe(kind, {self.address: new}))
+                previous, current, address, self._topology_id))
+        for other, description in now.items():
+            if other != address and other in before and before[other] != description:
+                self.publish("description_changed", _m.ServerDescriptionChangedEvent(
+                    before[other], description, other, self._topology_id))
 
-    def _change_topology(self, new: TopologyDescription) -> None:
-        old, self._description = self._description, new
-        self.publish("description_changed", _m.TopologyDescriptionChangedEvent(
-            old, new, self.topology_id))
+    def _removed(self, server: Server, why: str) -> None:
+        """``server`` (closed) left the topology: its event, and why."""
+        self.publish("closed", _m.ServerClosedEvent(server.address, self._topology_id))
+        self._departed.pop(server.address, None)
+        self._departed[server.address] = why
+        while len(self._departed) > _DEPARTED_KEPT:
+            del self._departed[next(iter(self._departed))]
+        if self._servers:
+            _LOG.info("greenpool: %s", why)
+        else:
+            _LOG.warning("greenpool: %s; the topology has no servers left", why)
+
+    def _commit(self, new: TopologyDescription) -> None:
+        """Make ``new`` the description, and work out here, once per
+        description, what every command would otherwise read of it."""
+        self._description = new
+        descriptions = new.server_descriptions()
+        direct = new.topology_type == TOPOLOGY_TYPE.Single
+        for address, server in self._servers.items():
+            described = descriptions[address]
+            server.description = described
+            server.plain_primary_reads = not direct or described.server_type in PRIMARY_ALONE
+        self._incompatible = discovery.compatibility_error(new)
+        self.session_timeout_minutes = discovery.session_timeout_minutes(new)
+        if self._incompatible is not None:
+            self.primary_server = None
+            return
+        suitable = select_servers(new, PRIMARY, local_threshold=self.local_threshold,
+                                  heartbeat_frequency=self._heartbeat_frequency)
+        self.primary_server = (self._servers[suitable[0].address] if len(suitable) == 1
+                               else None)
 
     def publish(self, method: str, event: object, *, driver_connection_id: int | None = None,
-              server_connection_id: int | None = None) -> None:
-        log_event(self.topology_id, event, driver_connection_id=driver_connection_id,
+                server_connection_id: int | None = None) -> None:
+        log_event(self._topology_id, event, driver_connection_id=driver_connection_id,
                   server_connection_id=server_connection_id)
         kind = _LISTENER_KINDS[type(event)]
         for listener in self._listeners:
@@ -292,6 +507,14 @@ class Topology:
                     getattr(listener, method)(event)
                 except Exception:
                     _LOG.exception("greenpool: listener %r raised in %s", listener, method)
+
+
+def _seen(server: ServerDescription) -> str:
+    """How selection's error shows one server: its address, type, last error."""
+    text = f"{format_address(server.address)} {server.server_type_name}"
+    if server.error is not None:
+        text += f" (last error: {server.error!r})"
+    return text
 
 
 _LISTENER_KINDS: dict[type, type] = {

@@ -789,6 +789,7 @@ def _settings(
         tls_insecure=insecure,
         heartbeat_frequency=take("heartbeatfrequencyms", 10_000) / 1000,
         server_selection_timeout=take("serverselectiontimeoutms", 30_000) / 1000,
+        local_threshold=take("localthresholdms", 15) / 1000,
         direct_connection=take("directconnection", False),
         replica_set=take("replicaset", None),
         srv_host=srv_host,

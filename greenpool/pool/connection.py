@@ -126,6 +126,11 @@ class Connection(Generic[T]):
         return self._pool.address
 
     @property
+    def pool(self) -> Owner:
+        """The pool this connection belongs to: check it in there."""
+        return self._pool
+
+    @property
     def errored(self) -> bool:
         """Perished by error: it will be closed at checkin, not reused."""
         return self.error is not None

@@ -7,7 +7,11 @@ through its steps (:meth:`~greenpool.wire.link.Link.open`,
 :func:`make_connector`, the pool connector that does so for each pending
 connection; :func:`establishment_deadline`, the time that timer ends; and
 :func:`handshake_completed`, which tells SDAM whether an establishment error
-came after the hello (the Load Balancer spec's rule)::
+came after the hello (the Load Balancer spec's rule); and
+:func:`mark_establishment_error`, what every establishment error carries: that
+attribute, and the Client Backpressure labels on a network error of the hello
+(a server shedding load drops new connections there: such an error clears no
+pool and marks no server Unknown)::
 
     from greenpool import Pool
     from greenpool.wire.connector import make_connector
@@ -28,23 +32,50 @@ from collections.abc import Callable
 from typing import Any
 
 import gevent
-from pymongo.errors import NetworkTimeout
+from pymongo.errors import ConnectionFailure, NetworkTimeout, PyMongoError
 
 from greenpool.address import Address, format_address, parse_address
+from greenpool.errors import PoolClearedError, ProtocolError
 from greenpool.pool.connection import Connection
 from greenpool.wire.link import Link, LinkOptions
 from greenpool.wire.sockets import EstablishmentTimedOut
 
 __all__ = [
     "HANDSHAKE_COMPLETED",
+    "OVERLOAD_LABELS",
     "connect",
     "establishment_deadline",
     "handshake_completed",
+    "is_overloaded",
     "make_connector",
+    "mark_establishment_error",
 ]
 
 #: The attribute :func:`connect` sets on every exception it raises (not on kills).
 HANDSHAKE_COMPLETED = "handshake_completed"
+#: The labels of an error that may mean the server sheds load (Client Backpressure).
+OVERLOAD_LABELS = ("SystemOverloadedError", "RetryableError")
+
+
+def mark_establishment_error(error: Exception, *, completed: bool, in_hello: bool) -> None:
+    """Record on ``error``, raised while establishing a link, whether the
+    handshake had completed (:func:`handshake_completed`), and label a
+    network error or timeout of the hello itself ``SystemOverloadedError``
+    and ``RetryableError`` (CMAP's connection establishment, for the Client
+    Backpressure spec). Not a refused hello, nor a reply that is not
+    MongoDB's or breaks the protocol: those are the server's answer."""
+    setattr(error, HANDSHAKE_COMPLETED, completed)
+    if (in_hello and isinstance(error, ConnectionFailure)
+            and not isinstance(error, PoolClearedError)
+            and not isinstance(error.__cause__, ProtocolError)):
+        for label in OVERLOAD_LABELS:
+            if not error.has_error_label(label):
+                error._add_error_label(label)
+
+
+def is_overloaded(error: BaseException) -> bool:
+    """Whether ``error`` says the server sheds load (the SystemOverloadedError label)."""
+    return isinstance(error, PyMongoError) and error.has_error_label(OVERLOAD_LABELS[0])
 
 
 def handshake_completed(error: BaseException) -> bool:
@@ -104,7 +135,7 @@ def connect(
     carries the attribute ``handshake_completed`` (read it with
     :func:`handshake_completed`).
     """
-    completed = False
+    completed = in_hello = False
     link: Link | None = None
     given = deadline is not None
     deadline = establishment_deadline(options, deadline)
@@ -121,8 +152,9 @@ def connect(
         # hello, authentication, key derivation in the threadpool).
         with gevent.Timeout(limit, timed_out):
             link = Link.open(address, options, connection=connection)
+            in_hello = True
             link.handshake()
-            completed = True
+            completed, in_hello = True, False
             if connection is not None and options.load_balanced:
                 connection.handshake_done(link.service_id)
             link.authenticate()
@@ -132,9 +164,9 @@ def connect(
         if error is timed_out:
             # Between steps, where no link turned it into a network error.
             error = NetworkTimeout(f"{format_address(parse_address(address))}: {timed_out}")
-            setattr(error, HANDSHAKE_COMPLETED, completed)
+            mark_establishment_error(error, completed=completed, in_hello=in_hello)
             raise error from timed_out
-        setattr(error, HANDSHAKE_COMPLETED, completed)
+        mark_establishment_error(error, completed=completed, in_hello=in_hello)
         raise
     except BaseException:
         if link is not None:

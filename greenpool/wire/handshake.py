@@ -41,6 +41,7 @@ __all__ = [
     "MAX_APP_NAME_SIZE",
     "MAX_METADATA_SIZE",
     "MAX_WIRE_VERSION",
+    "MIN_SERVER_VERSION",
     "MIN_WIRE_VERSION",
     "check_app_name",
     "check_hello_fields",
@@ -57,7 +58,8 @@ MAX_APP_NAME_SIZE = 128
 #: The wire versions greenpool speaks: the same range as the PyMongo it builds on.
 MIN_WIRE_VERSION: int = common.MIN_SUPPORTED_WIRE_VERSION
 MAX_WIRE_VERSION: int = common.MAX_SUPPORTED_WIRE_VERSION
-_MIN_SERVER_VERSION: str = common.MIN_SUPPORTED_SERVER_VERSION
+#: The oldest MongoDB release that speaks MIN_WIRE_VERSION.
+MIN_SERVER_VERSION: str = common.MIN_SUPPORTED_SERVER_VERSION
 
 #: The Load Balancer spec's exact message for a hello reply without ``serviceId``.
 LOAD_BALANCER_UNSUPPORTED = (
@@ -229,7 +231,7 @@ def check_hello_reply(
         raise PyMongoConfigurationError(
             f"Server at {format_address(address)} speaks wire versions {low} through {high}, "
             f"but greenpool {__version__} speaks {MIN_WIRE_VERSION} through {MAX_WIRE_VERSION} "
-            f"(MongoDB {_MIN_SERVER_VERSION} and newer): the server is {verdict}"
+            f"(MongoDB {MIN_SERVER_VERSION} and newer): the server is {verdict}"
         )
 
 
