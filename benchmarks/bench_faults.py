@@ -79,11 +79,15 @@ report, per route:
 * **stalls**: operations that took more than 1 s, except writes that overlapped the
   time without a primary;
 * **hung** and **leaks**, as above;
-* **conns per member**: connections established to each member's port at the end of
-  the run (before the workers close their clients) and, in brackets, the most at any
-  moment (sampled every 100 ms from /proc/net/tcp; all workers, monitors included);
-* **opened since the fault per member**: connections each worker's pools opened to
-  each member from the fault on (CMAP events; the largest of the workers).
+* **conns per member**: connections established to each member at the end of the run
+  (before the workers close their clients) and, in brackets, the most at any moment
+  from the fault on (all workers, monitors included, and on member 1 until the
+  election this process's awaitable hello; every 100 ms, the member process's
+  established sockets on its port, from /proc);
+* **pool conns per member**: connections a worker's pool for each member opened from
+  the fault on and, in brackets, the most it held at once in the whole run (CMAP
+  events, monitors not included; the largest of the workers), to set against
+  maxPoolSize.
 
 The machine running it is likely shared and noisy: compare routes within one run, and
 say how loaded the machine was next to the numbers (the report prints the load average).
@@ -197,19 +201,29 @@ def worker_main(args: argparse.Namespace) -> None:
     from pymongo import monitoring
 
     created: list[tuple[float, str]] = []
+    # Per server: connections its pool holds (created, not yet closed), and the most.
+    holding: dict[str, int] = {}
+    most: dict[str, int] = {}
 
     class Connections(monitoring.ConnectionPoolListener):
-        """When the pool opened each connection, and to which server."""
+        """When the pools opened each connection, and how many each held at most."""
 
         def connection_created(self, event: Any) -> None:
             host, port = event.address
-            created.append((time.monotonic(), f"{host}:{port}"))
+            server = f"{host}:{port}"
+            created.append((time.monotonic(), server))
+            holding[server] = holding.get(server, 0) + 1
+            most[server] = max(most.get(server, 0), holding[server])
+
+        def connection_closed(self, event: Any) -> None:
+            host, port = event.address
+            holding[f"{host}:{port}"] -= 1
 
         def _ignore(self, event: Any) -> None:
             pass
 
         pool_created = pool_ready = pool_cleared = pool_closed = _ignore
-        connection_ready = connection_closed = connection_check_out_started = _ignore
+        connection_ready = connection_check_out_started = _ignore
         connection_check_out_failed = connection_checked_out = _ignore
         connection_checked_in = _ignore
 
@@ -254,7 +268,7 @@ def worker_main(args: argparse.Namespace) -> None:
     gevent.sleep(1.0)  # let background closes (monitors, pools) finish
     result = {
         "records": records, "hung": len(hung), "hung_for": hung[-1] if hung else 0.0,
-        "created": created,
+        "created": created, "most_held": most,
         "sockets_left": open_sockets() - sockets_before,
         "greenlets_left": live_greenlets() - greenlets_before,
     }
@@ -488,33 +502,47 @@ def table(kind: str, op: str, args: argparse.Namespace,
 # -- faults on a replica set: the set, the election, connections per member ---------------
 
 
-def established(ports: Sequence[int]) -> list[int] | None:
-    """Connections established to each of ``ports`` on 127.0.0.1 (None: no /proc)."""
-    wanted = {port: i for i, port in enumerate(ports)}
-    counts = [0] * len(ports)
+def established(members: Sequence[tuple[int, int | None]]) -> list[int] | None:
+    """Connections established to each member, given as (port, pid): the member
+    process's own sockets on its port (another program's connection may use the same
+    port number on its side). None without /proc."""
     try:
+        inodes = {}
+        for index, (_, pid) in enumerate(members):
+            if pid is None:
+                continue
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                with contextlib.suppress(OSError):
+                    target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                    if target.startswith("socket:["):
+                        inodes[target[8:-1]] = index
+        counts = [0] * len(members)
         with open("/proc/net/tcp") as table_file:
             next(table_file)
             for line in table_file:
-                local, state = line.split()[1], line.split()[3]
-                port = int(local.rsplit(":", 1)[1], 16)
-                if state == "01" and port in wanted:  # 01: ESTABLISHED
-                    counts[wanted[port]] += 1
+                fields = line.split()
+                index = inodes.get(fields[9], -1)
+                # 01: ESTABLISHED; the member's listening socket is on its port too.
+                if index >= 0 and fields[3] == "01" and (
+                        int(fields[1].rsplit(":", 1)[1], 16) == members[index][0]):
+                    counts[index] += 1
     except OSError:
         return None
     return counts
 
 
 @contextlib.contextmanager
-def sampling(ports: Sequence[int]) -> Iterator[list[tuple[float, list[int]]]]:
+def sampling(replica_set: Any) -> Iterator[list[tuple[float, list[int]]]]:
     """Every 100 ms, the connections established to each member, while the block runs."""
     import gevent
 
+    ports = [int(address.rsplit(":", 1)[1]) for address in replica_set.addresses]
     samples: list[tuple[float, list[int]]] = []
 
     def sample() -> None:
         while True:
-            counts = established(ports)
+            pids = [status.pid for status in replica_set.status()]
+            counts = established(list(zip(ports, pids, strict=True)))
             if counts is None:
                 return
             samples.append((time.monotonic(), counts))
@@ -606,8 +634,7 @@ def run_set_case(args: argparse.Namespace, route: str, kind: str,
         if op == "secondary-read":
             options["readPreference"] = "secondaryPreferred"
         uri = with_options(replica_set.uri, **options)
-        ports = [int(address.rsplit(":", 1)[1]) for address in replica_set.addresses]
-        with sampling(ports) as samples:
+        with sampling(replica_set) as samples:
             timeline, reports = workers.run(
                 uri, set_span(kind, args),
                 lambda timeline: inject_set_fault(kind, replica_set, args, timeline))
@@ -632,16 +659,19 @@ def summarize_set(op: str, reports: list[dict[str, Any]], timeline: dict[str, fl
             firsts.append(min(ends) - elected if ends else None)
     opened = [max((sum(1 for t, member in report["created"] if t >= fault_at and member == a)
                    for report in reports), default=0) for a in addresses]
+    most_held = [max((report["most_held"].get(a, 0) for report in reports), default=0)
+                 for a in addresses]
     at_end = [counts for moment, counts in samples if moment < timeline["stop"]]
+    since = [(moment, counts) for moment, counts in samples if moment >= fault_at]
     return {
         **error_counts(records, fault_at, back),
         "election_to_write": firsts,
         "everyone_back": everyone_back(records, elected) if elected is not None else None,
         "stalls": stalls, "timeline": timeline,
         "conns_end": at_end[-1] if at_end else None,
-        "conns_peak": [max(c[i] for _, c in samples) for i in range(len(addresses))]
-        if samples else None,
-        "opened_since_fault": opened,
+        "conns_peak": [max(c[i] for _, c in since) for i in range(len(addresses))]
+        if since else None,
+        "opened_since_fault": opened, "most_held": most_held,
         **leftovers(reports),
     }
 
@@ -653,10 +683,6 @@ def seconds(value: float) -> str:
 def worker_firsts(r: dict[str, Any]) -> list[float]:
     """Each worker's time from the election to its first write ("never": infinity)."""
     return [float("inf") if first is None else first for first in r["election_to_write"]]
-
-
-def per_member(values: Sequence[Any] | None) -> str:
-    return "n/a" if values is None else " / ".join(str(v) for v in values)
 
 
 def set_row(route: str, r: dict[str, Any]) -> str:
@@ -671,9 +697,11 @@ def set_row(route: str, r: dict[str, Any]) -> str:
         election = everyone = "-"
     conns = "n/a" if r["conns_end"] is None else " / ".join(
         f"{end} ({peak})" for end, peak in zip(r["conns_end"], r["conns_peak"], strict=True))
+    pools = " / ".join(f"{opened} ({held})" for opened, held in zip(
+        r["opened_since_fault"], r["most_held"], strict=True))
     return (f"| {route} | {r['ops']:,} | {election} | {everyone} | {r['errors_during']:,} "
             f"({r['attempts_during']:,}) | {r['errors_after']:,} | {r['stalls']} | "
-            f"{r['hung']} | {conns} | {per_member(r['opened_since_fault'])} | "
+            f"{r['hung']} | {conns} | {pools} | "
             f"{r['sockets_left']}, {r['greenlets_left']} |")
 
 
@@ -692,8 +720,8 @@ def set_table(kind: str, op: str, args: argparse.Namespace,
              f"serverSelectionTimeoutMS {args.selection * 1000:g}\n",
              "| route | ops | election -> first write (median, worst worker) | every greenlet "
              "| errors during (attempts) | errors after | stalls > 1 s | hung "
-             "| conns per member at the end (peak) | opened since the fault per member "
-             "(max/worker) | sockets, greenlets left |",
+             "| conns per member at the end (peak) | pool conns per member: opened since "
+             "the fault (most at once), max/worker | sockets, greenlets left |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     lines += [set_row(route, results.get(route, {"failed": "not run"}))
               for route in args.routes]

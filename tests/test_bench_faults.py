@@ -67,7 +67,7 @@ def test_a_set_fault_runs_end_to_end(backend: str, tmp_path: Path, route: str, k
     assert [moments[name] for name in order] == sorted(moments[name] for name in order)
     # Connections were sampled at every member's port; the worker's pools were watched.
     assert len(result["conns_end"]) == len(result["conns_peak"]) == 3
-    assert len(result["opened_since_fault"]) == 3
+    assert len(result["opened_since_fault"]) == len(result["most_held"]) == 3
     report = out.with_suffix(".md").read_text()
     assert f"\n{kind}, {op}: 3 members (" in report and f"\n| {route} | {result['ops']:,} |" in (
         report)
