@@ -79,11 +79,10 @@ report, per route:
 * **stalls**: operations that took more than 1 s, except writes that overlapped the
   time without a primary;
 * **hung** and **leaks**, as above;
-* **conns per member**: connections established to each member at the end of the run
-  (before the workers close their clients) and, in brackets, the most at any moment
-  from the fault on (all workers, monitors included, and on member 1 until the
-  election this process's awaitable hello; every 100 ms, the member process's
-  established sockets on its port, from /proc);
+* **conns per member**: connections the workers hold established to each member at
+  the end of the run (before they close their clients) and, in brackets, the most at
+  any moment from the fault to then (all workers together, monitors included; every
+  100 ms, the workers' own sockets, from /proc);
 * **pool conns per member**: connections a worker's pool for each member opened from
   the fault on and, in brackets, the most it held at once in the whole run (CMAP
   events, monitors not included; the largest of the workers), to set against
@@ -502,29 +501,27 @@ def table(kind: str, op: str, args: argparse.Namespace,
 # -- faults on a replica set: the set, the election, connections per member ---------------
 
 
-def established(members: Sequence[tuple[int, int | None]]) -> list[int] | None:
-    """Connections established to each member, given as (port, pid): the member
-    process's own sockets on its port (another program's connection may use the same
-    port number on its side). None without /proc."""
+def established(pids: Sequence[int], ports: Sequence[int]) -> list[int] | None:
+    """Connections the processes ``pids`` hold established to each of ``ports`` on
+    127.0.0.1 (their own sockets: another program's connection may use the same port
+    number). None without /proc."""
     try:
-        inodes = {}
-        for index, (_, pid) in enumerate(members):
-            if pid is None:
-                continue
+        inodes = set()
+        for pid in pids:
             for fd in os.listdir(f"/proc/{pid}/fd"):
                 with contextlib.suppress(OSError):
                     target = os.readlink(f"/proc/{pid}/fd/{fd}")
                     if target.startswith("socket:["):
-                        inodes[target[8:-1]] = index
-        counts = [0] * len(members)
+                        inodes.add(target[8:-1])
+        wanted = {f"0100007F:{port:04X}": i for i, port in enumerate(ports)}
+        counts = [0] * len(ports)
         with open("/proc/net/tcp") as table_file:
             next(table_file)
             for line in table_file:
                 fields = line.split()
-                index = inodes.get(fields[9], -1)
-                # 01: ESTABLISHED; the member's listening socket is on its port too.
-                if index >= 0 and fields[3] == "01" and (
-                        int(fields[1].rsplit(":", 1)[1], 16) == members[index][0]):
+                # fields[2]: the remote address; 01: ESTABLISHED; fields[9]: the inode.
+                index = wanted.get(fields[2], -1)
+                if index >= 0 and fields[3] == "01" and fields[9] in inodes:
                     counts[index] += 1
     except OSError:
         return None
@@ -532,17 +529,18 @@ def established(members: Sequence[tuple[int, int | None]]) -> list[int] | None:
 
 
 @contextlib.contextmanager
-def sampling(replica_set: Any) -> Iterator[list[tuple[float, list[int]]]]:
-    """Every 100 ms, the connections established to each member, while the block runs."""
+def sampling(workers: Workers, replica_set: Any) -> Iterator[list[tuple[float, list[int]]]]:
+    """Every 100 ms, the connections the workers hold to each member, while the block
+    runs."""
     import gevent
 
     ports = [int(address.rsplit(":", 1)[1]) for address in replica_set.addresses]
+    pids = [process.pid for process in workers.processes]
     samples: list[tuple[float, list[int]]] = []
 
     def sample() -> None:
         while True:
-            pids = [status.pid for status in replica_set.status()]
-            counts = established(list(zip(ports, pids, strict=True)))
+            counts = established(pids, ports)
             if counts is None:
                 return
             samples.append((time.monotonic(), counts))
@@ -634,7 +632,7 @@ def run_set_case(args: argparse.Namespace, route: str, kind: str,
         if op == "secondary-read":
             options["readPreference"] = "secondaryPreferred"
         uri = with_options(replica_set.uri, **options)
-        with sampling(replica_set) as samples:
+        with sampling(workers, replica_set) as samples:
             timeline, reports = workers.run(
                 uri, set_span(kind, args),
                 lambda timeline: inject_set_fault(kind, replica_set, args, timeline))
@@ -661,8 +659,10 @@ def summarize_set(op: str, reports: list[dict[str, Any]], timeline: dict[str, fl
                    for report in reports), default=0) for a in addresses]
     most_held = [max((report["most_held"].get(a, 0) for report in reports), default=0)
                  for a in addresses]
+    # The run ends at "stop": afterwards the workers close their clients.
     at_end = [counts for moment, counts in samples if moment < timeline["stop"]]
-    since = [(moment, counts) for moment, counts in samples if moment >= fault_at]
+    since = [(moment, counts) for moment, counts in samples
+             if fault_at <= moment < timeline["stop"]]
     return {
         **error_counts(records, fault_at, back),
         "election_to_write": firsts,
