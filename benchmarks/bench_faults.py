@@ -573,6 +573,26 @@ def await_primary(address: str, listening: Any) -> float:
         link.close()
 
 
+@contextlib.contextmanager
+def watching(address: str) -> Iterator[Callable[[], float]]:
+    """Hold an awaitable hello on ``address`` for the block; it gives a function that
+    waits for the moment the member's hello said it is primary."""
+    import gevent
+    import gevent.event
+
+    listening = gevent.event.Event()
+    watcher = gevent.spawn(await_primary, address, listening)
+    watcher.link(lambda _: listening.set())  # a watcher that failed wakes us too
+    try:
+        if not listening.wait(30):
+            raise RuntimeError(f"no hello from member {address} within 30 s")
+        if watcher.ready():
+            watcher.get()  # its error
+        yield lambda: float(watcher.get(timeout=60))
+    finally:
+        watcher.kill()
+
+
 def set_span(kind: str, args: argparse.Namespace) -> float:
     """From the fault until the last of its moments (the election, the member's return)."""
     if kind == "elect":
@@ -589,32 +609,26 @@ def inject_set_fault(kind: str, replica_set: Any, args: argparse.Namespace,
     and ``elected`` (the new primary's hello says so), ``restarted``, and ``back`` (the
     end of the time without a primary, or of the secondary's absence)."""
     import gevent
-    import gevent.event
 
-    watcher = None
-    if kind != "secondary-dies":
-        listening = gevent.event.Event()
-        watcher = gevent.spawn(await_primary, replica_set.addresses[SUCCESSOR], listening)
-        watcher.link(lambda _: listening.set())  # a watcher that failed wakes us too
-        if not listening.wait(30) or watcher.ready():
-            watcher.kill()
-            watcher.get()  # its error, if it failed
-            raise RuntimeError(f"no hello from member {SUCCESSOR} within 30 s")
-    fault_at = timeline["fault"] = time.monotonic()
-    victim = SECONDARY if kind == "secondary-dies" else OLD_PRIMARY
-    if kind == "elect":
-        replica_set.step_down(elect=False)
+    if kind == "secondary-dies":
+        fault_at = timeline["fault"] = time.monotonic()
+        replica_set.stop_member(SECONDARY)
+        timeline["down"] = time.monotonic()
     else:
-        replica_set.stop_member(victim, elect=False)
-    timeline["down"] = time.monotonic()
-    if watcher is not None:
-        gevent.sleep(max(0.0, fault_at + args.election_delay - time.monotonic()))
-        timeline["electing"] = time.monotonic()
-        replica_set.elect(SUCCESSOR)
-        timeline["elected"] = watcher.get(timeout=60)
+        with watching(replica_set.addresses[SUCCESSOR]) as elected:
+            fault_at = timeline["fault"] = time.monotonic()
+            if kind == "elect":
+                replica_set.step_down(elect=False)
+            else:
+                replica_set.stop_member(OLD_PRIMARY, elect=False)
+            timeline["down"] = time.monotonic()
+            gevent.sleep(max(0.0, fault_at + args.election_delay - time.monotonic()))
+            timeline["electing"] = time.monotonic()
+            replica_set.elect(SUCCESSOR)
+            timeline["elected"] = elected()
     if kind != "elect":
         gevent.sleep(max(0.0, fault_at + args.duration - time.monotonic()))
-        replica_set.start_member(victim)
+        replica_set.start_member(SECONDARY if kind == "secondary-dies" else OLD_PRIMARY)
         timeline["restarted"] = time.monotonic()
     timeline["back"] = timeline.get("elected", timeline.get("restarted", fault_at))
 
@@ -669,6 +683,8 @@ def summarize_set(op: str, reports: list[dict[str, Any]], timeline: dict[str, fl
         "everyone_back": everyone_back(records, elected) if elected is not None else None,
         "stalls": stalls, "timeline": timeline,
         "conns_end": at_end[-1] if at_end else None,
+        # Every sample, from the fault on: (seconds after the fault, per member).
+        "conns_samples": [(round(moment - fault_at, 2), counts) for moment, counts in since],
         "conns_peak": [max(c[i] for _, c in since) for i in range(len(addresses))]
         if since else None,
         "opened_since_fault": opened, "most_held": most_held,
