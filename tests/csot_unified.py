@@ -295,7 +295,7 @@ class Runner:
     def _drain(self, entity: Any, db: str, command: dict[str, Any],
                arguments: dict[str, Any]) -> list[Any]:
         with self._cursor(entity, db, command, arguments) as cursor:
-            return list(cursor)
+            return unified_match.Documents(cursor)
 
     def _session(self, arguments: dict[str, Any]) -> Session | None:
         name = arguments.pop("session", None)

@@ -136,3 +136,53 @@ def test_error_codes() -> None:
     assert retries.error_code(errors.NotPrimaryError("x", {"code": 13436})) == 13436
     assert retries.error_code(errors.OperationFailure("no code")) is None
     assert retries.error_code(errors.OperationFailure("odd", None, {"code": "91"})) is None
+
+
+# -- Client Backpressure: overload errors ------------------------------------------------------
+
+OVERLOAD = ["SystemOverloadedError", "RetryableError"]
+
+
+@pytest.mark.parametrize(("labels", "overloaded", "retryable"), [
+    (OVERLOAD, True, True),
+    (["SystemOverloadedError"], True, False),
+    (["RetryableError"], False, False),
+    (None, False, False),
+])
+def test_overload_errors_by_label(labels: list[str] | None, overloaded: bool,
+                                  retryable: bool) -> None:
+    error = failure(462, labels)
+    assert retries.is_overloaded(error) is overloaded
+    assert retries.is_retryable_overload(error) is retryable
+
+
+@pytest.mark.parametrize(("command", "reads", "writes", "both"), [
+    ({"find": "c"}, True, False, True),  # a read: retryReads alone decides
+    ({"getMore": 5, "collection": "c"}, True, False, True),
+    ({"insert": "c", "documents": [{}]}, False, True, True),  # a write: retryWrites
+    ({"update": "c", "updates": [{"q": {}, "u": {}, "multi": True}]}, False, True, True),
+    ({"aggregate": "c", "pipeline": [{"$out": "d"}]}, False, False, True),  # both
+    ({"ping": 1}, False, False, True),  # any other command: both
+    ({"createIndexes": "c", "indexes": []}, False, False, True),
+])
+def test_which_commands_the_overload_policy_retries(
+        command: dict[str, Any], reads: bool, writes: bool, both: bool) -> None:
+    allowed = retries.overload_retry_allowed
+    assert allowed(command, retry_reads=True, retry_writes=False) is reads
+    assert allowed(command, retry_reads=False, retry_writes=True) is writes
+    assert allowed(command, retry_reads=True, retry_writes=True) is both
+    assert allowed(command, retry_reads=False, retry_writes=False) is False
+
+
+def test_backoff_doubles_from_its_base_up_to_ten_seconds() -> None:
+    error = failure(462, OVERLOAD)
+    assert [retries.backoff(n, error, 1.0) for n in (1, 2, 3)] == [0.2, 0.4, 0.8]
+    assert retries.backoff(1, error, 0.5) == 0.1
+    assert retries.backoff(1, error, 0.0) == 0.0
+    assert retries.backoff(20, error, 1.0) == 10.0
+    given = errors.OperationFailure("busy", 462, {"code": 462, "baseBackoffMS": 50,
+                                                 "errorLabels": OVERLOAD})
+    assert [retries.backoff(n, given, 1.0) for n in (1, 2)] == [0.1, 0.2]
+    for bad in (0, -5, "50", True):
+        odd = errors.OperationFailure("busy", 462, {"code": 462, "baseBackoffMS": bad})
+        assert retries.backoff(1, odd, 1.0) == 0.2, bad

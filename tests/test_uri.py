@@ -570,6 +570,8 @@ BAD_VALUES: dict[str, tuple[str, str, str] | None] = {
     "loadBalanced": ("1", "'1'", BOOLEAN),
     "retryReads": ("TRUE", "'TRUE'", BOOLEAN),
     "retryWrites": ("no", "'no'", BOOLEAN),
+    "maxAdaptiveRetries": ("-1", "'-1'", "expected a whole number >= 0"),
+    "enableOverloadRetargeting": ("yes", "'yes'", BOOLEAN),
     "journal": ("maybe", "'maybe'", BOOLEAN),
     "tls": ("on", "'on'", BOOLEAN),
     "ssl": ("1", "'1'", BOOLEAN),
@@ -641,6 +643,18 @@ def test_a_bad_value_names_the_option_as_written_the_value_and_what_it_takes(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert parse_uri(uri) == parse_quietly("mongodb://ann:pw@h/")
+
+
+def test_overload_retargeting_is_refused_with_a_warning() -> None:
+    uri = "mongodb://h/?enableOverloadRetargeting=true&maxAdaptiveRetries=5"
+    assert warnings_of(uri) == [
+        "connection string option enableOverloadRetargeting='true': greenpool does not "
+        "deprioritize the server that refused an overloaded operation when it retries it; "
+        "false is used"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert parse_uri(uri).max_adaptive_retries == 5
+    assert parse_quietly("mongodb://h/").max_adaptive_retries == 2
 
 
 def test_a_list_with_one_bad_item_keeps_the_others() -> None:

@@ -105,6 +105,12 @@ def _type_matches(name: str, value: Any) -> bool:
     raise AssertionError(f"$$type {name!r} is not supported by this runner")
 
 
+class Documents(list[Any]):
+    """The documents of an iterable result (``find``, ``aggregate``): each is matched
+    as a root-level document (the unified format's rule), unlike the values of an
+    array result (``distinct``)."""
+
+
 def match(expected: Any, actual: Any, path: str = "", *, root: bool = True) -> None:
     """Assert that ``actual`` matches ``expected`` (unified format rules: extra keys only in
     the root document; ``$$type``; ``$$exists``; ``$$lte``; ``$$unsetOrMatches``; numbers by
@@ -144,7 +150,7 @@ def match(expected: Any, actual: Any, path: str = "", *, root: bool = True) -> N
         assert isinstance(actual, list) and len(actual) == len(expected), (
             f"{path}: expected {expected!r}, got {actual!r}")
         for i, (e, a) in enumerate(zip(expected, actual, strict=True)):
-            match(e, a, f"{path}[{i}]", root=False)
+            match(e, a, f"{path}[{i}]", root=isinstance(actual, Documents))
         return
     if isinstance(expected, bool) or isinstance(actual, bool):
         assert expected is actual, f"{path}: expected {expected!r}, got {actual!r}"

@@ -37,6 +37,9 @@ SPEC_MODULES = {
     "tests/test_retryable_spec.py": "Retryable Reads and Retryable Writes (unified format)",
     "tests/test_cmap_logging.py": "CMAP logging (unified format) and prose tests",
     "tests/test_sdam_logging.py": "SDAM Logging and Monitoring (load-balanced, unified format)",
+    "tests/test_sdam_spec.py": "Server Discovery and Monitoring (rs, sharded, single, errors, "
+                               "monitoring)",
+    "tests/test_backpressure_spec.py": "Client Backpressure (unified format)",
 }
 
 

@@ -172,7 +172,8 @@ class Client:
             local_threshold=settings.local_threshold, listeners=listeners)
         self._operations = Operations(
             self.topology, CommandPublisher(listeners), timeout=settings.timeout,
-            retry_reads=settings.retry_reads, retry_writes=settings.retry_writes)
+            retry_reads=settings.retry_reads, retry_writes=settings.retry_writes,
+            max_adaptive_retries=settings.max_adaptive_retries)
         monitor_options = _monitor_link_options(self._link_options)
         self.topology.open(lambda server: _LinkChecker(server.address, monitor_options,
                                                        server.min_round_trip))

@@ -27,8 +27,10 @@ A cursor that is dropped without being closed is closed in a new greenlet
 
 Retries. The opening command is retried as :meth:`greenpool.Client.command`
 would retry it (a retryable read, or ``retry=True``), on a connection and an
-implicit session taken afresh; a ``getMore`` never is (the Retryable Reads
-spec: the server cursor may have moved on).
+implicit session taken afresh; a ``getMore`` is retried only after a
+retryable overload error (the Client Backpressure spec: the server refused
+it unread), never after another error (the Retryable Reads spec: the server
+cursor may have moved on).
 
 Rules. A cursor does all its I/O through the
 :class:`~greenpool.client.operations.Operations` it is given, with that
@@ -251,9 +253,7 @@ class Cursor:
         if self._batch_size:
             command["batchSize"] = self._batch_size
         try:
-            # Never maxTimeMS on a getMore: the server reads it as the wait
-            # of an awaitData cursor, or refuses it (CSOT spec).
-            self._round_trip(command, "nextBatch", deadline, max_time=False)
+            self._more(command, deadline)
         except ConnectionFailure as error:
             if error.timeout and deadline is not None and self._conn is None:
                 # Out of time: the server cursor still lives, and close()
@@ -268,6 +268,19 @@ class Cursor:
         if self._id == 0:
             self._release()
             self._end_implicit_session()
+
+    def _more(self, command: dict[str, Any], deadline: Deadline | None) -> None:
+        """The getMore round trip, retried only after retryable overload errors
+        (Client Backpressure)."""
+        def again() -> None:
+            # Never maxTimeMS on a getMore: the server reads it as the wait
+            # of an awaitData cursor, or refuses it (CSOT spec).
+            self._round_trip(command, "nextBatch", deadline, max_time=False)
+
+        try:
+            again()
+        except PyMongoError as error:
+            self._operations.retry_overloaded(error, again, command, deadline)
 
     def _read(self, reply: Mapping[str, Any], field: str) -> None:
         cursor = reply.get("cursor")

@@ -39,12 +39,14 @@ extra calls and context managers.
 from __future__ import annotations
 
 import contextlib
+import random
 import time
 import uuid
 import weakref
 from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+import gevent
 from bson.binary import UUID_SUBTYPE, Binary
 from bson.int64 import Int64
 from pymongo.errors import (
@@ -83,6 +85,8 @@ _END_SESSIONS_BATCH = 10_000
 _NO_ROUND_TRIP_LIMIT = 1e9
 # A commit or abort is the end of a transaction, never a transient part of it.
 _FINISHING = frozenset({"commitTransaction", "abortTransaction"})
+# A limit that stands for none (retries under a timeoutMS deadline).
+_UNLIMITED = 1 << 62
 # Where endSessions goes: any server that has sessions.
 _ANY_SERVER = readpref.make("primaryPreferred")
 
@@ -148,7 +152,8 @@ class Operations:
     """The machinery a Client's operations share; see the module's docstring."""
 
     def __init__(self, topology: Topology, commands: CommandPublisher, *,
-                 timeout: float | None, retry_reads: bool, retry_writes: bool) -> None:
+                 timeout: float | None, retry_reads: bool, retry_writes: bool,
+                 max_adaptive_retries: int = retries.DEFAULT_MAX_ADAPTIVE_RETRIES) -> None:
         self.topology = topology
         self.load_balanced = topology.load_balanced
         #: timeoutMS (seconds; None: not set, 0: no limit).
@@ -157,6 +162,11 @@ class Operations:
         self.retry_reads = retry_reads
         #: retryWrites: whether retryable writes (and commit and abort) are retried.
         self.retry_writes = retry_writes
+        #: maxAdaptiveRetries: the most retries of an operation once the server
+        #: said it is overloaded (Client Backpressure).
+        self.max_adaptive_retries = max_adaptive_retries
+        #: The backoff's jitter, from [0, 1) (Client Backpressure).
+        self.jitter: Callable[[], float] = random.random
         self._commands = commands
         self._sessions: set[SessionLike] = set()
         self._ended_lsids: list[dict[str, Any]] = []
@@ -524,13 +534,34 @@ class Operations:
         """``error`` ended the first attempt of ``command``: re-raise it, or
         retry with ``again`` as the Retryable Reads spec says (once; under
         a timeoutMS deadline, while time is left) if ``command`` is a read it
-        retries (or ``retry`` is True) and ``error`` is retryable. Call it in
-        the ``except`` clause that caught ``error``."""
-        if (retry is False or (session is not None and session.in_transaction)
-                or not retries.is_retryable_read_error(error)
-                or not (retry or (self.retry_reads and retries.is_retryable_read(command)))):
+        retries (or ``retry`` is True) and ``error`` is retryable; or, after a
+        retryable overload error, as the Client Backpressure spec says (any
+        command its policy allows, after a backoff). Call it in the
+        ``except`` clause that caught ``error``."""
+        if retry is False or (session is not None and session.in_transaction):
             raise error
-        return self._retry(error, again, retries.is_retryable_read_error, deadline)
+        reads = retry or (self.retry_reads and retries.is_retryable_read(command))
+        overloads = retry or retries.overload_retry_allowed(
+            command, retry_reads=self.retry_reads, retry_writes=self.retry_writes)
+
+        def retryable(failed: PyMongoError) -> bool:
+            return bool((reads and retries.is_retryable_read_error(failed))
+                        or (overloads and retries.is_retryable_overload(failed)))
+
+        if not retryable(error):
+            raise error
+        return self._retry(error, again, retryable, deadline)
+
+    def retry_overloaded(self, error: PyMongoError, again: Callable[[], R],
+                         command: dict[str, Any], deadline: Deadline | None) -> R:
+        """``error`` ended an attempt of ``command`` that no other policy
+        retries (a getMore): re-raise it, or retry with ``again`` after a
+        backoff if it is a retryable overload error the Client Backpressure
+        spec's policy allows for ``command``."""
+        if not (retries.is_retryable_overload(error) and retries.overload_retry_allowed(
+                command, retry_reads=self.retry_reads, retry_writes=self.retry_writes)):
+            raise error
+        return self._retry(error, again, retries.is_retryable_overload, deadline)
 
     def _run_write(self, dbname: str, command: dict[str, Any], session: SessionLike | None,
                    deadline: Deadline | None, preference: _ServerMode,
@@ -551,7 +582,7 @@ class Operations:
                 return self._write_once(dbname, command, session, deadline, preference,
                                         implicit, server)
             except PyMongoError as error:
-                if not error.has_error_label(retries.RETRYABLE_WRITE_ERROR):
+                if not _labelled_retryable(error):
                     raise
                 return self._retry(
                     error, lambda: self._write_once(dbname, command, session, deadline,
@@ -596,12 +627,28 @@ class Operations:
                retryable: Callable[[PyMongoError], bool], deadline: Deadline | None) -> R:
         """The attempts after a first one failed with ``error`` (retryable):
         one more, or under a timeoutMS deadline as many as it allows, each on
-        a server selected afresh. The error reported is the last one from an
-        attempt that reached the server (an earlier one if a retry found no
-        server or no connection, or the server did nothing); once a deadline
-        has expired it is a timeout error, as the CSOT spec says."""
-        reported = error
+        a server selected afresh; once an overload error came, at most
+        maxAdaptiveRetries in all, each after an overload error waiting its
+        backoff first (Client Backpressure), unless that wait would outlast
+        the deadline. The error reported is the last one from an attempt that
+        reached the server (an earlier one if a retry found no server or no
+        connection, or the server did nothing); once a deadline has expired it
+        is a timeout error, as the CSOT spec says."""
+        reported = last = error
+        allowed = 1 if deadline is None else _UNLIMITED
+        attempt = 0
         while True:
+            attempt += 1
+            overloaded = retries.is_overloaded(last)
+            if overloaded:
+                allowed = self.max_adaptive_retries
+            if attempt > allowed:
+                raise reported
+            if overloaded:
+                pause = retries.backoff(attempt, last, self.jitter())
+                if deadline is not None and deadline.bounded and pause >= deadline.remaining():
+                    raise reported
+                gevent.sleep(pause)
             if deadline is not None and deadline.expired():
                 raise _timed_out(deadline, reported)
             try:
@@ -609,11 +656,12 @@ class Operations:
             except _Unsupported:
                 raise reported from None
             except PyMongoError as failed:
+                last = failed
                 if not retries.no_attempt_made(failed):
                     reported = failed
                 if deadline is not None and deadline.expired():
                     raise _timed_out(deadline, failed if failed.timeout else reported) from None
-                if deadline is None or not retryable(failed):
+                if not retryable(failed):
                     raise reported from None
 
     # -- implicit sessions (Sessions spec) ------------------------------------------------
@@ -734,7 +782,10 @@ class _Unsupported(Exception):
 
 
 def _labelled_retryable(error: PyMongoError) -> bool:
-    return error.has_error_label(retries.RETRYABLE_WRITE_ERROR)
+    """A retryable write's retryable error: labelled RetryableWriteError, or a
+    retryable overload error (Client Backpressure)."""
+    return (error.has_error_label(retries.RETRYABLE_WRITE_ERROR)
+            or retries.is_retryable_overload(error))
 
 
 def _timed_out(deadline: Deadline, error: PyMongoError) -> PyMongoError:

@@ -30,6 +30,13 @@ A read is retried after a *retryable error*: a network error, a
 ``RetryableWriteError``: the server labels its own errors (4.4 and later);
 greenpool labels network errors, PoolClearedError and, from servers older
 than 4.4, the listed codes (:func:`label_write_error`).
+
+The Client Backpressure spec adds *retryable overload errors*, labelled both
+``SystemOverloadedError`` and ``RetryableError`` (a server shedding load):
+any command is retried after one (:func:`overload_retry_allowed`: a read if
+retryReads, a write if retryWrites, any other command if both), a getMore
+included, after a backoff (:func:`backoff`); once an overload error is seen, an
+operation is retried at most maxAdaptiveRetries times in all, under timeoutMS too.
 """
 
 from __future__ import annotations
@@ -49,18 +56,23 @@ from pymongo.errors import (
 from greenpool.errors import PoolClearedError
 
 __all__ = [
+    "DEFAULT_MAX_ADAPTIVE_RETRIES",
     "NO_WRITES_PERFORMED",
     "RETRYABLE_CODES",
     "RETRYABLE_WRITE_ERROR",
     "WRITE_COMMANDS",
+    "backoff",
     "error_code",
     "has_write_stage",
     "is_network_error",
+    "is_overloaded",
+    "is_retryable_overload",
     "is_retryable_read",
     "is_retryable_read_error",
     "is_retryable_write",
     "label_write_error",
     "no_attempt_made",
+    "overload_retry_allowed",
 ]
 
 #: The Retryable Reads spec's retryable codes (the Retryable Writes spec's
@@ -93,6 +105,15 @@ WRITE_COMMANDS: frozenset[str] = frozenset({"insert", "update", "delete", "findA
 
 RETRYABLE_WRITE_ERROR = "RetryableWriteError"
 NO_WRITES_PERFORMED = "NoWritesPerformed"
+# The Client Backpressure spec's labels, backoff (seconds) and MAX_RETRIES.
+_OVERLOADED = "SystemOverloadedError"
+_RETRYABLE = "RetryableError"
+_BASE_BACKOFF = 0.1
+_MAX_BACKOFF = 10.0
+#: maxAdaptiveRetries when the connection string gives none (MAX_RETRIES).
+DEFAULT_MAX_ADAPTIVE_RETRIES = 2
+# Reads for the overload policy: the retryable reads and a cursor's getMore.
+_OVERLOAD_READS = _READ_COMMANDS | {"getMore"}
 
 
 def is_retryable_read(command: Mapping[str, Any]) -> bool:
@@ -156,6 +177,42 @@ def label_write_error(error: PyMongoError, max_wire_version: int | None) -> None
     if driver_labels or (old_server and isinstance(error, OperationFailure | NotPrimaryError)
                          and error_code(error) in _WRITE_LABEL_CODES):
         error._add_error_label(RETRYABLE_WRITE_ERROR)
+
+
+def is_overloaded(error: BaseException) -> bool:
+    """Whether ``error`` says the server is overloaded (SystemOverloadedError)."""
+    return isinstance(error, PyMongoError) and error.has_error_label(_OVERLOADED)
+
+
+def is_retryable_overload(error: BaseException) -> bool:
+    """A retryable overload error: labelled SystemOverloadedError and RetryableError."""
+    return is_overloaded(error) and isinstance(error, PyMongoError) and (
+        error.has_error_label(_RETRYABLE))
+
+
+def overload_retry_allowed(command: Mapping[str, Any], *, retry_reads: bool,
+                           retry_writes: bool) -> bool:
+    """Whether the overload policy may retry ``command`` (by its name): a read
+    if retryReads, a write if retryWrites, any other command only if both."""
+    name = next(iter(command))
+    if name in _OVERLOAD_READS and not has_write_stage(command):
+        return retry_reads
+    if name in WRITE_COMMANDS:
+        return retry_writes
+    return retry_reads and retry_writes
+
+
+def backoff(attempt: int, error: PyMongoError, jitter: float) -> float:
+    """Seconds to wait before retry number ``attempt`` (from 1) after an
+    overload ``error``: ``jitter`` (from [0, 1)) times the base backoff
+    (100 ms, or the error's positive ``baseBackoffMS``) doubled per attempt,
+    at most 10 s."""
+    base = _BASE_BACKOFF
+    details = getattr(error, "details", None)
+    given = details.get("baseBackoffMS") if isinstance(details, Mapping) else None
+    if isinstance(given, int | float) and not isinstance(given, bool) and given > 0:
+        base = given / 1000
+    return jitter * min(_MAX_BACKOFF, base * float(2 ** attempt))
 
 
 def no_attempt_made(error: PyMongoError) -> bool:

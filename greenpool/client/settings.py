@@ -144,6 +144,9 @@ class ClientSettings:
     srv_service_name: str = "mongodb"
     retry_reads: bool = True
     retry_writes: bool = True
+    #: maxAdaptiveRetries: the most retries of an operation the server said is
+    #: overloaded (Client Backpressure).
+    max_adaptive_retries: int = 2
     #: The readPreference mode, in the spec's camel case.
     read_preference: str = "primary"
     #: readPreferenceTags: the tag sets, in order (none means any server).

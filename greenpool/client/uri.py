@@ -58,6 +58,7 @@ from pymongo import errors as _pymongo_errors
 
 from greenpool.address import Address, format_address, parse_address
 from greenpool.client import dns
+from greenpool.client.retries import DEFAULT_MAX_ADAPTIVE_RETRIES
 from greenpool.client.settings import DEFAULT_CONNECT_TIMEOUT, ClientSettings, Credentials, Secret
 from greenpool.errors import ConfigurationError
 from greenpool.pool.options import PoolOptions
@@ -278,6 +279,15 @@ def _boolean(text: str) -> bool:
     return text == "true"
 
 
+def _no_retargeting(text: str) -> bool:
+    """enableOverloadRetargeting: false is what greenpool does (a retry after an
+    overload error selects a server afresh, the one that refused it included)."""
+    if _boolean(text):
+        raise _Rejected("greenpool does not deprioritize the server that refused an "
+                        "overloaded operation when it retries it; false is used", keep=False)
+    return False
+
+
 def _integer(minimum: int, maximum: int | None = None) -> Converter:
     def convert(text: str) -> int:
         bound = f"from {minimum} to {maximum}" if maximum is not None else f">= {minimum}"
@@ -447,6 +457,8 @@ _OPTIONS: Final = _table(
     _Option("zlibCompressionLevel", _integer(-1, 9)),
     _Option("retryReads", _boolean),
     _Option("retryWrites", _boolean),
+    _Option("maxAdaptiveRetries", _integer(0)),
+    _Option("enableOverloadRetargeting", _no_retargeting),
     _Option("readPreference", _choice("primary", "primaryPreferred", "secondary",
                                       "secondaryPreferred", "nearest")),
     _Option("readPreferenceTags", _tag_set, repeats=True),
@@ -797,6 +809,7 @@ def _settings(
         srv_service_name=take("srvservicename", "mongodb"),
         retry_reads=take("retryreads", True),
         retry_writes=take("retrywrites", True),
+        max_adaptive_retries=take("maxadaptiveretries", DEFAULT_MAX_ADAPTIVE_RETRIES),
         read_preference=take("readpreference", "primary"),
         read_preference_tags=tuple(map(MappingProxyType, take("readpreferencetags", ()))),
         max_staleness_seconds=take("maxstalenessseconds", -1),

@@ -192,7 +192,9 @@ def hello_command(
     """The initial handshake command for a new connection.
 
     ``isMaster`` (the legacy hello, for OP_QUERY) unless ``load_balanced``,
-    which needs ``hello`` over OP_MSG and adds ``loadBalanced: true``.
+    which needs ``hello`` over OP_MSG and adds ``loadBalanced: true``;
+    ``backpressure: true`` tells the server greenpool backs off from its
+    overload errors (the Client Backpressure spec).
     ``compressors`` are the ones the client offers, in order of preference
     (``compression`` is left out when there are none);
     ``auth_fields`` come from :func:`greenpool.wire.auth.handshake_fields`
@@ -200,6 +202,8 @@ def hello_command(
     """
     command: dict[str, Any] = {"hello" if load_balanced else "isMaster": 1, "helloOk": True}
     command["client"] = client_metadata(app_name)
+    # The Client Backpressure spec: greenpool backs off from overload errors.
+    command["backpressure"] = True
     offered = list(compressors)
     if offered:
         command["compression"] = offered
