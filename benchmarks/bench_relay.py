@@ -5,11 +5,11 @@
 Starts a :class:`greenpool.cli.replset.ReplicaSet` of three members and measures, side
 by side in each round, stock PyMongo (no gevent) running the same operations on the
 shared SecantusDB directly and through the primary member (``directConnection=true``
-both): ``ping``, ``find`` of one document by ``_id`` and ``insert_one``, from one
-thread and from several. It prints, per workload, the median over the rounds of the
-wall time per operation on each route, the difference (the relay's cost per round trip
-as the client sees it) and the member process's CPU time per operation (user + system,
-from ``/proc``: what the relay costs the machine).
+both, each going first in every other round): ``ping``, ``find`` of one document by
+``_id`` and ``insert_one``, from one thread and from several. It prints, per workload,
+the median over the rounds of the wall time per operation on each route, the difference
+(the relay's cost per round trip as the client sees it) and the member process's CPU
+time per operation (user + system, from ``/proc``: what the relay costs the machine).
 
 A quick check, not a benchmark for the record: nothing is pinned to a CPU, and on a
 shared machine the figures move with the load (the header gives the load average).
@@ -81,11 +81,15 @@ def main() -> None:
                 times: dict[str, list[float]] = {"direct": [], "member": [], "cpu": []}
                 for client in (direct, relayed):
                     run(client, workload, 200, threads)  # warm the pools
-                for _ in range(args.rounds):
-                    times["direct"].append(run(direct, workload, args.ops, threads))
-                    before = cpu_seconds(member_pid)
-                    times["member"].append(run(relayed, workload, args.ops, threads))
-                    times["cpu"].append(cpu_seconds(member_pid) - before)
+                for round_ in range(args.rounds):
+                    # Each route goes first in every other round: the collection grows.
+                    for route in (("direct", "member"), ("member", "direct"))[round_ % 2]:
+                        if route == "direct":
+                            times["direct"].append(run(direct, workload, args.ops, threads))
+                            continue
+                        before = cpu_seconds(member_pid)
+                        times["member"].append(run(relayed, workload, args.ops, threads))
+                        times["cpu"].append(cpu_seconds(member_pid) - before)
                 per_op = {key: statistics.median(values) / args.ops * 1e6
                           for key, values in times.items()}
                 print(f"{name + f' ({threads} thr)':<22}{per_op['direct']:>14.0f}"
