@@ -63,6 +63,12 @@ Member 0 starts as primary. The operations are ``write`` and ``secondary-read``:
 * ``secondary-dies``: member 2, a secondary, is killed, and starts again ``--duration``
   seconds later; member 0 stays primary and member 1 a secondary throughout.
 
+The election comes 1.25 s after the fault by default. A client that polls checks every
+member at once after its first error, then at most every 500 ms (minHeartbeatFrequencyMS)
+while it waits for a primary: an election a whole number of half-seconds after the
+fault would come just before one of those checks and flatter it; a quarter-second off,
+it comes between two.
+
 The moment of the election is when the new primary's hello says so: this process holds
 an awaitable hello on member 1 from before the fault, and takes the time its answer
 with ``isWritablePrimary`` arrives (the way a streaming monitor learns of it). The
@@ -789,7 +795,7 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--duration", type=float, default=3.0,
                         help="the fault's length (s); on a set, how long a killed member "
                         "stays down")
-    parser.add_argument("--election-delay", type=float, default=1.0,
+    parser.add_argument("--election-delay", type=float, default=1.25,
                         help="on a set, how long it has no primary (s)")
     parser.add_argument("--backend", help="on a set, front this SecantusDB ('host:port', "
                         "replica set mode, test commands) instead of a fresh one per case")
