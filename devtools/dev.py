@@ -5,7 +5,7 @@
     python3 devtools/dev.py test    # ruff, mypy --strict, the whole test suite
     python3 devtools/dev.py compile # the optional compiled build, into build/mypyc
     python3 devtools/dev.py bench   # the benchmarks (not part of the tests); --quick
-    python3 devtools/dev.py faults  # restarts, partitions, stepdowns per route (not a test)
+    python3 devtools/dev.py faults  # restarts, partitions, elections per route (not a test)
     python3 devtools/dev.py pymongo-suite [VERSION]  # PyMongo's own tests, stock vs greenpool
     python3 devtools/dev.py cooperative   # the hub-block test, slow servers, its table
     python3 devtools/dev.py gevent-matrix [VERSION...|--ci]  # greenpool's tests per gevent
