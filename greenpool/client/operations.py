@@ -347,16 +347,15 @@ class Operations:
         ``conn``, where the Server Selection spec says (after selection: it
         depends on the type of the server ``conn`` came from); a write
         (:data:`readpref.WRITE <greenpool.client.readpref.WRITE>`) carries none."""
-        if preference is readpref.WRITE:
-            return
         server = self.topology.server_of(conn)
         if server is not None:
             self._add_read_preference(document, preference, session, server)
 
     def _add_read_preference(self, document: dict[str, Any], preference: _ServerMode,
                              session: SessionLike | None, server: Server) -> None:
-        if preference is readpref.PRIMARY and server.plain_primary_reads:
-            return  # the common case, ahead of command_field's general one
+        if preference is readpref.WRITE or (
+                preference is readpref.PRIMARY and server.plain_primary_reads):
+            return  # the common cases, ahead of command_field's general one
         field = readpref.command_field(
             preference, load_balanced=self.load_balanced,
             server_type=server.description.server_type, direct=self.topology.direct,
@@ -521,7 +520,8 @@ class Operations:
             if self._closed:
                 raise InvalidOperation("the greenpool Client is closed")
             server = self.topology.primary_server
-            if server is None or preference is not readpref.PRIMARY:
+            if server is None or (preference is not readpref.PRIMARY
+                                  and preference is not readpref.WRITE):
                 server = self.select_server(None, preference)
             pool = server.pool
             conn = pool.checkout()
