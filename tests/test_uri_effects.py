@@ -70,6 +70,7 @@ def acts(pki: Pki) -> dict[str, tuple[str, Check]]:
         "zlibCompressionLevel": ("5", lambda c: link(c).zlib_compression_level == 5),
         "retryReads": ("false", lambda c: c._operations.retry_reads is False),
         "retryWrites": ("false", lambda c: c._operations.retry_writes is False),
+        "maxAdaptiveRetries": ("3", lambda c: c._operations.max_adaptive_retries == 3),
         "readConcernLevel": ("majority", lambda c: c.read_concern.level == "majority"),
         "w": ("2", lambda c: c.write_concern.document == {"w": 2}),
         "wTimeoutMS": ("100", lambda c: c.write_concern.document == {"wtimeout": 100}),
@@ -117,6 +118,8 @@ def test_every_option_has_a_place() -> None:
     known = {option.name for option in uri._OPTIONS.values()}
     placed = set(acts(make_pki_stub())) | TOPOLOGY | {name for name, _ in inert.INERT.values()}
     placed |= {"authMechanismProperties"}  # refused or warned: below
+    # false is what greenpool does; true warns (tests/test_uri.py).
+    placed |= {"enableOverloadRetargeting"}
     assert known == placed
 
 
