@@ -17,8 +17,14 @@ with a state change or a closed connection, which marks the server Unknown, so
 the retry waits for the monitor's next check; at 500 ms apart those waits alone
 would take two minutes.
 PyMongo's own suite shortens it the same way (``client_knobs(min_heartbeat_interval=
-0.1)``); tests/test_failover.py checks the real spacing.
+0.1)``); tests/test_failover.py checks the real spacing. For the same reason a client's
+heartbeatFrequencyMS is 500 ms (the least the spec allows) unless the test gives its
+own: a streaming monitor learns of a server's state from its awaited hello, which the
+server answers after at most heartbeatFrequencyMS when nothing changed (a fail point's
+error changes nothing), and a retry waits for that answer, as the Server Monitoring spec
+says (only a network error cancels the awaited hello).
 """
+
 
 from __future__ import annotations
 
@@ -37,6 +43,9 @@ from tests.unified.runner import NotApplicable, Runner, client_uri
 from tests.unified.suite import CLIENTS
 
 pytestmark = pytest.mark.timeout(60)
+
+#: The base of every client's URI here (a test's uriOptions override it).
+HEARTBEAT = {"heartbeatFrequencyMS": 500}
 
 READS_NOT_APPLICABLE = {
     **{f"changeStreams-{name}.json": "greenpool.Client has no change stream API"
@@ -135,12 +144,12 @@ def run(uri: str, deployment: Deployment, spec: dict[str, Any], test: dict[str, 
                             f"nothing)")
     if any(operation["name"] in COMMAND_RUNNER for operation in operations):
         try:
-            retryable_unified.Runner(uri, deployment.admin).run(spec, test)
+            retryable_unified.Runner(client_uri(uri, HEARTBEAT), deployment.admin).run(spec, test)
         except retryable_unified.NotApplicable as reason:
             pytest.skip(f"needs {reason}")
         return
     try:
-        Runner(CLIENTS["greenpool"], client_uri(uri, {}), deployment).run(spec, test)
+        Runner(CLIENTS["greenpool"], client_uri(uri, HEARTBEAT), deployment).run(spec, test)
     except NotApplicable as reason:
         pytest.skip(str(reason))
 
