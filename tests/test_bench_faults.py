@@ -12,7 +12,7 @@ from types import ModuleType
 
 import pytest
 
-from greenpool.cli.embedded import EmbeddedServer
+from greenpool.testing import EmbeddedServer
 
 pytestmark = pytest.mark.timeout(300)
 
