@@ -92,9 +92,11 @@ def test_outside_a_transaction_the_session_and_concerns_are_sent(
     orders = client.db[f"plain_{uuid.uuid4().hex[:8]}"]
     with client.start_session() as session:
         orders.insert_one({"_id": 1}, session=session)
+        # The insert's operationTime: the find's reply may carry a later one
+        # when the server wrote anything in between.
+        operation_time = session.operation_time
         orders.find({}, session=session).to_list()
         lsid = session.lsid
-        operation_time = session.operation_time
     insert, = started(events, "insert")
     find, = started(events, "find")
     assert insert["lsid"] == find["lsid"] == lsid
