@@ -58,11 +58,15 @@ def load_cases(path: Path) -> list[tuple[dict[str, Any], dict[str, Any]]]:
 # -- events -------------------------------------------------------------------------------
 
 
+#: The events the unified format names otherwise than PyMongo's classes.
+_FORMAT_NAMES = {"TopologyOpenedEvent": "topologyOpeningEvent"}
+
+
 def event_name(event: Any) -> str:
     """The unified format's name of a PyMongo event (``CommandStartedEvent`` ->
-    ``commandStartedEvent``)."""
+    ``commandStartedEvent``, ``TopologyOpenedEvent`` -> ``topologyOpeningEvent``)."""
     name = type(event).__name__
-    return name[0].lower() + name[1:]
+    return _FORMAT_NAMES.get(name) or name[0].lower() + name[1:]
 
 
 COMMAND_EVENTS = (_m.CommandStartedEvent, _m.CommandSucceededEvent, _m.CommandFailedEvent)
@@ -92,8 +96,17 @@ def is_sensitive(event: Any) -> bool:
     return False
 
 
-class Recorder(_m.CommandListener, _m.ConnectionPoolListener):
-    """Records the observed events of one client entity; counts checked-out and ready
+#: The SDAM events (the format's ``sdam`` eventType): server, topology and heartbeat.
+SDAM_EVENTS = (_m.ServerOpeningEvent, _m.ServerDescriptionChangedEvent, _m.ServerClosedEvent,
+               _m.TopologyOpenedEvent, _m.TopologyDescriptionChangedEvent,
+               _m.TopologyClosedEvent, _m.ServerHeartbeatStartedEvent,
+               _m.ServerHeartbeatSucceededEvent, _m.ServerHeartbeatFailedEvent)
+
+
+class Recorder(_m.CommandListener, _m.ConnectionPoolListener, _m.ServerListener,
+               _m.TopologyListener, _m.ServerHeartbeatListener):
+    """Records the observed events of one client entity (command, CMAP and SDAM ones);
+    counts checked-out and ready
     connections and keeps the started commands whatever is observed. Command events of the
     ignored commands (``ignoreCommandMonitoringEvents``), of configureFailPoint and of
     sensitive commands (unless ``observe_sensitive``) are dropped."""
@@ -133,11 +146,16 @@ class Recorder(_m.CommandListener, _m.ConnectionPoolListener):
     connection_created = connection_ready = connection_closed = _record
     connection_check_out_started = connection_check_out_failed = _record
     connection_checked_out = connection_checked_in = _record
+    # ServerListener and TopologyListener share these names, as the command and heartbeat
+    # listeners share started, succeeded and failed.
+    opened = description_changed = closed = _record
 
     def of_family(self, family: str) -> list[Any]:
         if family == "command":
             return [e for e in self.events if isinstance(e, COMMAND_EVENTS)]
-        return [e for e in self.events if not isinstance(e, COMMAND_EVENTS)]
+        if family == "sdam":
+            return [e for e in self.events if isinstance(e, SDAM_EVENTS)]
+        return [e for e in self.events if not isinstance(e, (*COMMAND_EVENTS, *SDAM_EVENTS))]
 
 
 # -- matching -----------------------------------------------------------------------------
@@ -302,8 +320,29 @@ def match_event(expected: Mapping[str, Any], event: Any, index: int,
                 f"{where}: serverConnectionId {event.server_connection_id!r}")
         elif key == "reason":
             assert event.reason == value, f"{where}: reason {event.reason!r}, expected {value!r}"
+        elif key in ("newDescription", "previousDescription"):
+            _match_description(value, getattr(event, _DESCRIPTIONS[key]), f"{where}.{key}")
+        elif key == "interruptInUseConnections":
+            assert event.interrupt_connections is value, (
+                f"{where}: interruptInUseConnections {event.interrupt_connections!r}")
+        elif key == "awaited":
+            assert event.awaited is value, f"{where}: awaited {event.awaited!r}"
         else:
             raise AssertionError(f"{where}: {key!r} is not supported by this runner")
+
+
+_DESCRIPTIONS = {"newDescription": "new_description",
+                 "previousDescription": "previous_description"}
+
+
+def _match_description(expected: Mapping[str, Any], description: Any, where: str) -> None:
+    """A server's or topology's description: the format's fields of it (``type``, the
+    only one the files use, is the server type's or topology type's name)."""
+    for key, value in expected.items():
+        assert key == "type", f"{where}: {key!r} is not supported by this runner"
+        kind = getattr(description, "server_type_name", None) or (
+            description.topology_type_name)
+        assert kind == value, f"{where}: type {kind!r}, expected {value!r}"
 
 
 def check_events(recorder: Recorder, expected: Mapping[str, Any],
