@@ -265,7 +265,7 @@ class Runner:
             return self._with_transaction(entity, given)
         if kind == "cursor" and name == "iterateUntilDocumentOrError":
             return next(entity)
-        if kind == "cursor" and name == "close":
+        if kind in ("cursor", "client") and name == "close":
             return entity.close()
         return call(f"{kind}.{name}", entity, arguments.convert(given, self.entities))
 
@@ -293,6 +293,26 @@ class Runner:
 
     def _test_runOnThread(self, *, thread: str, operation: Mapping[str, Any]) -> None:
         self.threads[thread].append(gevent.spawn(self.operation, operation))
+
+    def _test_recordTopologyDescription(self, *, client: str, id: str) -> None:
+        assert id not in self.entities, f"entity {id!r} already exists"
+        self.entities[id] = self.entities[client].topology_description
+        self.kinds[id] = "topologyDescription"
+
+    def _test_assertTopologyType(self, *, topologyDescription: str, topologyType: str) -> None:
+        actual = self.entities[topologyDescription].topology_type_name
+        assert actual == topologyType, f"topology type {actual}, expected {topologyType}"
+
+    def _test_waitForPrimaryChange(self, *, client: str, priorTopologyDescription: str,
+                                   timeoutMS: int = 10_000) -> None:
+        """Until the client's topology has a primary that is not the prior one's (any
+        primary if the prior description had none)."""
+        prior = _primary(self.entities[priorTopologyDescription])
+        deadline = time.monotonic() + timeoutMS / 1000
+        while _primary(self.entities[client].topology_description) in (None, prior):
+            assert time.monotonic() < deadline, (
+                f"the primary of {client} did not change from {prior} in {timeoutMS} ms")
+            gevent.sleep(0.005)
 
     def _test_waitForThread(self, *, thread: str) -> None:
         for greenlet in self.threads[thread]:
@@ -357,6 +377,13 @@ class Runner:
     def _test_assertDifferentLsidOnLastTwoCommands(self, *, client: str) -> None:
         first, second = self._lsids(client)
         assert first != second, f"the same lsid {first} twice"
+
+
+def _primary(description: Any) -> Any:
+    """The address of a topology description's primary, None if it has none."""
+    primaries = [server.address for server in description.server_descriptions().values()
+                 if server.server_type_name == "RSPrimary"]
+    return primaries[0] if primaries else None
 
 
 def _options(given: Mapping[str, Any], names: Mapping[str, str]) -> dict[str, Any]:
