@@ -5,7 +5,8 @@ logging files (``connection-monitoring-and-pooling/tests/logging/*.json``) and S
 What it supports: ``createEntities`` (file level and as an operation) of clients with
 ``uriOptions``, ``observeEvents`` and ``observeLogMessages``; the operations
 ``waitForEvent``, ``failPoint``, ``listDatabases`` and ``close``; ``expectError``;
-``expectLogMessages`` matched exactly and in order (``$$type``, ``$$exists``).
+``expectLogMessages`` matched exactly and in order (``$$type``, ``$$exists``), after the
+messages ``ignoreMessages`` names are left out.
 
 Log messages are captured from the ``greenpool.connection`` and ``greenpool.topology``
 loggers (the ``connection`` and ``topology`` components) with a handler on each, and
@@ -14,8 +15,9 @@ test that wants the closing messages closes its client itself). A client's topol
 messages are those carrying its topologyId; its connection messages are all of
 ``greenpool.connection`` (the runner never makes a second greenpool client).
 
-The ``failPointClient`` the files declare is the runner's own tool, a PyMongo client
-straight to the server (not a greenpool client, whose pool would log too).
+The ``failPointClient`` (SDAM's ``setupClient``) the files declare is the runner's own
+tool, a PyMongo client straight to the server (not a greenpool client, whose pool would
+log too).
 """
 
 from __future__ import annotations
@@ -39,12 +41,16 @@ from tests.unified_match import check_error, event_name, match
 COMPONENTS = {"connection": "greenpool.connection", "topology": "greenpool.topology"}
 LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "notice": logging.INFO,
           "warn": logging.WARNING, "error": logging.ERROR}
+#: The client entities the files set fail points with (CMAP's ``failPointClient``,
+#: SDAM's ``setupClient``): the runner's own PyMongo client stands for them.
+FAIL_POINT_CLIENTS = frozenset({"failPointClient", "setupClient"})
 # Short timeouts so that a regression fails instead of hanging.
 CLIENT_TIMEOUTS = {"serverSelectionTimeoutMS": 5000, "connectTimeoutMS": 5000,
                    "socketTimeoutMS": 10000}
 
 
-class EventWaiter(_m.ConnectionPoolListener, _m.TopologyListener, _m.ServerListener):
+class EventWaiter(_m.ConnectionPoolListener, _m.TopologyListener, _m.ServerListener,
+                  _m.ServerHeartbeatListener):
     """Counts the events a client entity observes, for ``waitForEvent``."""
 
     def __init__(self, observe: list[str]) -> None:
@@ -63,6 +69,7 @@ class EventWaiter(_m.ConnectionPoolListener, _m.TopologyListener, _m.ServerListe
     connection_check_out_started = connection_check_out_failed = _record
     connection_checked_out = connection_checked_in = _record
     opened = description_changed = closed = _record
+    started = succeeded = failed = _record  # heartbeats
 
     def wait_for(self, name: str, count: int, timeout: float = 10) -> None:
         with gevent.Timeout(timeout, AssertionError(
@@ -114,6 +121,8 @@ class LoggingRunner:
 
     uri: str
     fail_point_client: Callable[[], MongoClient[dict[str, Any]]] | None = None
+    #: How long ``waitForEvent`` waits (the format's 10 s unless a caller says why not).
+    event_timeout: float = 10
     clients: dict[str, ClientEntity] = field(default_factory=dict)
     _tools: list[MongoClient[dict[str, Any]]] = field(default_factory=list)
     _fail_points: list[tuple[MongoClient[dict[str, Any]], str]] = field(default_factory=list)
@@ -142,7 +151,7 @@ class LoggingRunner:
     def create_entity(self, entity: Mapping[str, Any]) -> None:
         ((kind, spec),) = entity.items()
         assert kind == "client", f"entity type {kind!r} is not supported by this runner"
-        if spec["id"] == "failPointClient":
+        if spec["id"] in FAIL_POINT_CLIENTS:
             return  # the runner's own PyMongo client, made when a failPoint needs it
         waiter = EventWaiter(spec.get("observeEvents") or [])
         observe = {component: LEVELS[level]
@@ -187,10 +196,10 @@ class LoggingRunner:
     def op_waitForEvent(self, *, client: str, event: Mapping[str, Any], count: int) -> None:
         ((name, fields),) = event.items()
         assert not fields, f"waitForEvent with fields {fields} is not supported by this runner"
-        self.clients[client].waiter.wait_for(name, count)
+        self.clients[client].waiter.wait_for(name, count, self.event_timeout)
 
     def op_failPoint(self, *, client: str, failPoint: Mapping[str, Any]) -> None:
-        assert client == "failPointClient", client
+        assert client in FAIL_POINT_CLIENTS, client
         assert self.fail_point_client is not None, "this test's server takes no fail points"
         tool = self.fail_point_client()
         self._tools.append(tool)
@@ -216,7 +225,9 @@ class LoggingRunner:
             data: dict[str, Any] = record.structured  # type: ignore[attr-defined]
             if component == "topology" and data.get("topologyId") != topology_id:
                 continue  # another client's topology
-            actual.append((component, record, data))
+            if not any(_matches(ignored, component, record, data)
+                       for ignored in expected.get("ignoreMessages") or []):
+                actual.append((component, record, data))
         wanted = expected["messages"]
         if expected.get("ignoreExtraMessages"):
             actual = actual[:len(wanted)]
@@ -230,3 +241,13 @@ class LoggingRunner:
             assert component == want["component"], f"{where}: component {component}"
             assert record.levelno == LEVELS[want["level"]], f"{where}: level {record.levelname}"
             match(want["data"], data, where)
+
+
+def _matches(expected: Mapping[str, Any], component: str, record: logging.LogRecord,
+             data: Mapping[str, Any]) -> bool:
+    """Whether a message matches an expected one (``ignoreMessages``: the same rules)."""
+    try:
+        match(expected["data"], data)
+    except AssertionError:
+        return False
+    return component == expected["component"] and record.levelno == LEVELS[expected["level"]]
