@@ -46,6 +46,7 @@ SPEC_MODULES = {
                                              "document files)",
     "tests/test_sdam_spec.py": "Server Discovery and Monitoring (rs, sharded, single, errors, "
                                "monitoring)",
+    "tests/test_sdam_unified_spec.py": "Server Discovery and Monitoring (unified format)",
     "tests/test_backpressure_spec.py": "Client Backpressure (unified format)",
     "tests/test_monitoring_spec.py": "Server Monitoring (unified format) and RTT averages",
 }
