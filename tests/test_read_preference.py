@@ -258,3 +258,21 @@ def test_a_replica_set_member_gets_primary_preferred(replset_uri: str, collectio
 def test_the_module_examples() -> None:
     result = doctest.testmod(greenpool.client.readpref)
     assert (result.attempted > 0, result.failed) == (True, 0)
+
+
+# -- one primary read preference --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["primary", {"mode": "primary"}, ReadPreference.PRIMARY,
+                                   type(ReadPreference.PRIMARY)()])
+def test_every_primary_read_preference_is_the_one_instance(value: object) -> None:
+    # The hot paths (Operations, Topology.select) know a primary read by
+    # identity and skip server selection for it.
+    assert coerce(value) is greenpool.client.readpref.PRIMARY
+    assert make("primary", [{}]) is greenpool.client.readpref.PRIMARY
+
+
+def test_a_collection_reads_with_the_one_primary_instance(mongodb_uri: str) -> None:
+    with Client(with_options(mongodb_uri, readPreference="primary")) as client:
+        assert client.db.c.read_preference is greenpool.client.readpref.PRIMARY
+        assert client.read_preference is greenpool.client.readpref.PRIMARY

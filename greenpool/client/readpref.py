@@ -93,7 +93,8 @@ def make(mode: str, tag_sets: Sequence[Mapping[str, Any]] | None = None,
             raise ConfigurationError(
                 f"invalid read preference ({described}): mode primary takes no tags and no "
                 "maxStalenessSeconds; use primaryPreferred to pass them")
-        tags = None
+        # The one instance: the hot paths know primary reads by identity.
+        return PRIMARY
     try:
         return make_read_preference(_MONGOS_MODES.index(mode), tags, max_staleness)
     except _PyMongoConfigurationError:
@@ -109,7 +110,9 @@ def coerce(value: object) -> _ServerMode:
     :raises greenpool.ConfigurationError: naming the bad value.
     """
     if isinstance(value, _ServerMode):
-        return value
+        # Every primary read preference is the same (no tags, no staleness):
+        # the hot paths know it by identity.
+        return PRIMARY if value.mode == PRIMARY.mode else value
     if isinstance(value, str):
         return make(value)
     if isinstance(value, Mapping):

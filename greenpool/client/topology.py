@@ -63,7 +63,7 @@ from pymongo.topology_description import TOPOLOGY_TYPE, TopologyDescription
 from greenpool.address import Address, format_address
 from greenpool.client import discovery
 from greenpool.client.monitor import Checker, streaming_enabled
-from greenpool.client.readpref import PRIMARY, PRIMARY_ALONE
+from greenpool.client.readpref import PRIMARY, PRIMARY_ALONE, WRITE
 from greenpool.client.sdam import IGNORE, ErrorContext, Phase, Verdict, check_failed, judge
 from greenpool.client.selection import pick, select_servers
 from greenpool.client.server import Server
@@ -239,7 +239,7 @@ class Topology:
             overlap greenpool's.
         """
         server = self.primary_server
-        if server is not None and preference is PRIMARY:
+        if server is not None and (preference is PRIMARY or preference is WRITE):
             return server
         return self._wait_for_server(
             preference, self.server_selection_timeout if timeout is None else timeout)
