@@ -506,7 +506,8 @@ def goals(results: dict[str, dict[str, dict[str, Any]]], d: dict[str, Any] | Non
     lines = [f"\nGoals (medians; load average {load})\n", "| goal | this run | |",
              "|---|---|---|"]
     for name, workload, against, limit in CPU_GOALS:
-        r, base = results[workload].get(name, {}), results[workload].get(against, {})
+        by = results.get(workload, {})
+        r, base = by.get(name, {}), by.get(against, {})
         value = ratio(r, base, "cpu_us_per_op")
         if value is None:
             continue
@@ -566,7 +567,7 @@ def plot(results: dict[str, dict[str, dict[str, Any]]], path: Path, names: list[
         axis.set_visible(False)
     for axis, (workload, spec) in zip(axes, WORKLOADS.items(), strict=False):
         for name in names:
-            quantiles = results[workload].get(name, {}).get("wait_quantiles_ms")
+            quantiles = results.get(workload, {}).get(name, {}).get("wait_quantiles_ms")
             if not quantiles:
                 continue
             xs = [max(q, 1e-4) for q in quantiles]
@@ -626,6 +627,9 @@ def main() -> None:
     parser.add_argument("--no-pool-only", action="store_true",
                         help="skip (d) and the waiters")
     parser.add_argument("--uri", help="use this server instead of an embedded SecantusDB")
+    parser.add_argument("--workloads",
+                        help=f"only these workloads (letters, e.g. 'efgh'; default "
+                             f"{''.join(WORKLOADS)})")
     # benchmarks/results/ is ignored by git: a run leaves nothing to commit by accident.
     parser.add_argument("--png", type=Path,
                         default=Path(__file__).resolve().parent / "results" / "bench-waits.png")
@@ -638,6 +642,14 @@ def main() -> None:
     import gevent
     import pymongo
 
+    if args.workloads:
+        unknown = set(args.workloads) - set(WORKLOADS)
+        if unknown:
+            parser.error(f"--workloads: unknown workloads {sorted(unknown)}; "
+                         f"choose from {''.join(WORKLOADS)}")
+        # The parent alone narrows the table: each child looks up its own workload.
+        for workload in [w for w in WORKLOADS if w not in args.workloads]:
+            del WORKLOADS[workload]
     names = list(CONTENDERS)
     if args.only:
         wanted = set(args.only.split(",")) | {"floor"}
