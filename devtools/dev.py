@@ -3,6 +3,7 @@
 
     python3 devtools/dev.py demo    # the main job: a demo (see README.rst)
     python3 devtools/dev.py test    # ruff, mypy --strict, the whole test suite
+    python3 devtools/dev.py pymongo-matrix  # the PyMongo releases, the compiled build
     python3 devtools/dev.py compile # the optional compiled build, into build/mypyc
     python3 devtools/dev.py bench   # the benchmarks (not part of the tests); --quick
     python3 devtools/dev.py faults  # restarts, partitions, elections per route (not a test)
@@ -17,21 +18,21 @@
 Needs only Python 3.11+ with venv and pip. The virtual environment lives in
 ``.venv`` and is (re)installed when setup.cfg, pyproject.toml or
 constraints.txt change; it gets exactly the versions constraints.txt pins (the
-lock: the versions last known green). ``test`` then runs the greenpool.pymongo
-tests and the connection string tests again on every other release of
-PYMONGO_MATRIX (the latest patch of each supported minor), and greenpool's own
-Client and pool tests on the lowest one too: each release is installed once,
-without its dependencies, into ``.venv-pymongo/<version>`` and put first on the
-main environment's PYTHONPATH. Extra arguments after ``test`` go to pytest, and
-skip the matrix; after ``demo`` and ``bench``, to the demo and to
-benchmarks/bench.py.
+lock: the versions last known green). Extra arguments after ``test`` go to
+pytest; after ``demo`` and ``bench``, to the demo and to benchmarks/bench.py.
+
+``pymongo-matrix`` runs the greenpool.pymongo tests and the connection string
+tests again on every other release of PYMONGO_MATRIX (the latest patch of each
+supported minor), and greenpool's own Client and pool tests on the lowest one
+too: each release is installed once, without its dependencies, into
+``.venv-pymongo/<version>`` and put first on the main environment's PYTHONPATH.
+It also builds the compiled build and runs COMPILED_TESTS on it.
 
 ``compile`` copies the package to ``build/mypyc`` and compiles the modules
 greenpool/_compiled.py names (MODULES, the hot path) there with mypyc, mypy's
-compiler; the package itself stays pure Python. ``test`` builds it after the
-whole suite and runs COMPILED_TESTS again with ``build/mypyc`` first on
-PYTHONPATH (tests/test_compiled.py fails if any of those modules was imported
-pure).
+compiler; the package itself stays pure Python. ``pymongo-matrix`` runs
+COMPILED_TESTS again with ``build/mypyc`` first on PYTHONPATH
+(tests/test_compiled.py fails if any of those modules was imported pure).
 
 ``gevent-matrix`` runs GEVENT_TESTS on the latest patch of every gevent minor release
 from the floor setup.cfg requires to the newest (GEVENT_MATRIX; the main environment's
@@ -205,8 +206,12 @@ def test(args: list[str]) -> None:
     run(PYTHON, "-m", "mypy", "--strict", "greenpool")
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
     run(PYTHON, "-m", "pytest", *args, env=env)
+
+
+def pymongo_matrix(args: list[str]) -> None:
     if args:
-        return
+        sys.exit(f"pymongo-matrix takes no arguments, not {' '.join(args)!r}")
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
     jobs = []
     reason = cannot_compile()
     if reason is None:
@@ -567,8 +572,8 @@ def pymongo_releases_beyond_matrix(python: Path) -> list[str]:
 
 JOBS = {"bench": bench, "compile": compile_build, "cooperative": cooperative, "demo": demo,
         "drift": drift, "faults": faults, "gevent-matrix": gevent_matrix, "lock": lock,
-        "pymongo-suite": pymongo_suite, "python-matrix": python_matrix, "slow": slow,
-        "test": test}
+        "pymongo-matrix": pymongo_matrix, "pymongo-suite": pymongo_suite,
+        "python-matrix": python_matrix, "slow": slow, "test": test}
 
 
 def main() -> None:
