@@ -30,6 +30,13 @@ default), the contenders alternating within each round; the tables show the
 median of each column, and a table of goals closes the run, with the load
 average at its start and end.
 
+``--replset N[,M...]`` adds ``greenpool@rsN`` for each size: greenpool's Client on a
+fresh replica set of N members (:class:`greenpool.testing.ReplicaSet`, pinned with the
+server; the primary's reads and writes, every member monitored), in the same rounds,
+and a table of its CPU per operation against the same contender on the standalone
+server and on the smallest set (the members relay to a SecantusDB of their own, so
+sets of different sizes differ only in the topology the Client keeps).
+
 ``--only`` runs the named contenders alone (the floor is always run);
 ``--against DIR`` adds ``greenpool@against`` and ``greenpool+listener@against``:
 the same contenders with the greenpool of another tree (``git worktree add
@@ -173,13 +180,15 @@ def contender(name: str, uri: str, pool_size: int,
         client.close()
 
 
-def run_child(name: str, workload: str, uri: str, quick: bool) -> dict[str, Any]:
+def run_child(name: str, workload: str, uri: str, quick: bool,
+              ops: int | None = None) -> dict[str, Any]:
     import gevent
     import gevent.pool
 
     spec = WORKLOADS[workload]
     greenlets, pool_size = spec["greenlets"], spec["pool"]
-    ops = spec["quick_ops"] if quick else spec["ops"]
+    if ops is None:
+        ops = spec["quick_ops"] if quick else spec["ops"]
     total = greenlets * ops
     if name == "floor":
         return run_floor(uri, spec, total)
@@ -368,7 +377,7 @@ def child_main(args: argparse.Namespace) -> None:
             except ImportError as error:
                 print(json.dumps({"unavailable": str(error)}))
                 return
-        result = run_child(name, workload, args.uri, args.quick)
+        result = run_child(name, workload, args.uri, args.quick, args.ops)
     import greenpool
 
     result["greenpool"] = greenpool.__file__
@@ -402,7 +411,7 @@ def pick_cpus() -> tuple[int | None, int | None]:
 
 
 def spawn(child: str, uri: str, quick: bool, timeout: float, cpu: int | None = None,
-          tree: Path | None = None) -> dict[str, Any]:
+          tree: Path | None = None, ops: int | None = None) -> dict[str, Any]:
     """One child; with ``tree``, an interpreter that imports greenpool from there."""
     command = [sys.executable, str(Path(__file__).resolve()), "--child", child, "--uri", uri]
     env = None
@@ -414,6 +423,8 @@ def spawn(child: str, uri: str, quick: bool, timeout: float, cpu: int | None = N
                    PYTHONPATH=os.pathsep.join([str(tree), *site.getsitepackages()]))
     if quick:
         command.append("--quick")
+    if ops is not None:
+        command += ["--ops", str(ops)]
     if cpu is not None:
         command += ["--cpu", str(cpu)]
     try:
@@ -529,20 +540,28 @@ def goals(results: dict[str, dict[str, dict[str, Any]]], d: dict[str, Any] | Non
 
 
 def against_table(results: dict[str, dict[str, dict[str, Any]]],
-                  raw: dict[str, dict[str, list[dict[str, Any]]]]) -> str:
-    """This tree's greenpool against DIR's, run by run (CPU per op)."""
-    lines = ["\nThis tree against --against, CPU µs/op by run (ratio this/against)\n",
-             "| workload | contender | this tree | against | ratios | median ratio |",
+                  raw: dict[str, dict[str, list[dict[str, Any]]]], *,
+                  suffix: str = "@against", title: str = "This tree against --against",
+                  twin_over_this: bool = False, base: str = "") -> str:
+    """Each contender against its ``suffix`` twin (DIR's greenpool, or the replica
+    set), run by run (CPU per op); the ratio is this one's over the twin's (the
+    twin's over this one's if ``twin_over_this``); ``base`` names this one's
+    own suffix (none: the contender itself)."""
+    this = base or "this"
+    shown = f"{suffix} / {this}" if twin_over_this else f"{this} / {suffix}"
+    lines = [f"\n{title}, CPU µs/op by run (ratio {shown})\n",
+             f"| workload | contender | {this} | {suffix} | ratios | median ratio |",
              "|---|---|---|---|---|---|"]
     for workload in WORKLOADS:
         for name in AGAINST:
-            mine, theirs = raw[workload].get(name, []), raw[workload].get(f"{name}@against", [])
+            mine = raw[workload].get(f"{name}{base}", [])
+            theirs = raw[workload].get(f"{name}{suffix}", [])
             pairs = [(m["cpu_us_per_op"], t["cpu_us_per_op"]) for m, t in zip(mine, theirs,
                                                                                 strict=True)
                      if "cpu_us_per_op" in m and "cpu_us_per_op" in t]
             if not pairs:
                 continue
-            ratios = [m / t for m, t in pairs]
+            ratios = [t / m if twin_over_this else m / t for m, t in pairs]
             lines.append(
                 f"| ({workload}) | {name} | {', '.join(f'{m:.1f}' for m, _ in pairs)} | "
                 f"{', '.join(f'{t:.1f}' for _, t in pairs)} | "
@@ -596,6 +615,15 @@ def server(uri: str | None) -> Iterator[str]:
         yield embedded.uri
 
 
+@contextlib.contextmanager
+def replica_sets(sizes: list[int]) -> Iterator[list[str]]:
+    """A fresh replica set of each size (their URIs, in order)."""
+    from greenpool.testing import ReplicaSet
+
+    with contextlib.ExitStack() as stack:
+        yield [stack.enter_context(ReplicaSet(size, name=f"rs{size}")).uri for size in sizes]
+
+
 def load_average() -> str:
     return "{:.2f}, {:.2f}, {:.2f}".format(*os.getloadavg())
 
@@ -619,6 +647,9 @@ def pool_only(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes")
+    parser.add_argument("--ops", type=int,
+                        help="operations per greenlet in every workload (default: each "
+                             "workload's own)")
     parser.add_argument("--runs", type=int, default=3,
                         help="runs of each contender and workload (medians; default 3)")
     parser.add_argument("--only", help="these contenders (comma-separated) and the floor")
@@ -627,6 +658,8 @@ def main() -> None:
     parser.add_argument("--no-pool-only", action="store_true",
                         help="skip (d) and the waiters")
     parser.add_argument("--uri", help="use this server instead of an embedded SecantusDB")
+    parser.add_argument("--replset", metavar="N[,M...]",
+                        help="also run greenpool's Client on replica sets of these sizes")
     parser.add_argument("--workloads",
                         help=f"only these workloads (letters, e.g. 'efgh'; default "
                              f"{''.join(WORKLOADS)})")
@@ -666,6 +699,20 @@ def main() -> None:
             if name in names:
                 trees[f"{name}@against"] = args.against
         names = [*names[:-1], *(n for n in trees if n.endswith("@against")), names[-1]]
+    sizes: list[int] = []
+    if args.replset is not None:
+        try:
+            sizes = sorted({int(size) for size in args.replset.split(",")})
+        except ValueError:
+            sizes = []
+        if not sizes or sizes[0] < 1 or args.uri or "greenpool" not in names:
+            parser.error(f"--replset takes set sizes >= 1 (e.g. 1,3), with the greenpool "
+                         f"contender and no --uri, not {args.replset!r}")
+        sets = [f"greenpool@rs{size}" for size in sizes]
+        trees.update(dict.fromkeys(sets))
+        names = [*names[:-1], *sets, names[-1]]
+    if args.ops is not None and args.ops < 1:
+        parser.error(f"--ops must be at least 1, not {args.ops!r}")
     timeout = 120 if args.quick else 900
     server_cpu, cpu = pick_cpus()
     if args.uri:
@@ -692,9 +739,14 @@ def main() -> None:
         w: {n: [] for n in names if n != "floor" or spec.get("floor", True)}
         for w, spec in WORKLOADS.items()}
     d_runs: list[dict[str, Any]] = []
-    with server(args.uri) as uri:
+    with server(args.uri) as uri, replica_sets(sizes) as set_uris:
         print(f"server: {uri}", flush=True)
         seed(uri)
+        uris = {name: uri for name in names}
+        for size, set_uri in zip(sizes, set_uris, strict=True):
+            print(f"replica set of {size}: {set_uri}", flush=True)
+            seed(set_uri)
+            uris[f"greenpool@rs{size}"] = set_uri
         for round_ in range(args.runs):
             shift = round_ % len(names)
             for workload in WORKLOADS:
@@ -704,8 +756,8 @@ def main() -> None:
                     print(f"  run {round_ + 1}: {workload} {name}...", file=sys.stderr,
                           flush=True)
                     raw[workload][name].append(
-                        spawn(f"{name}:{workload}", uri, args.quick, timeout, cpu,
-                              trees[name]))
+                        spawn(f"{name}:{workload}", uris[name], args.quick, timeout, cpu,
+                              trees[name], args.ops))
             if not args.no_pool_only:
                 d_runs.append(spawn("d", "", args.quick, timeout, cpu))
     results = {w: {n: median_result(runs) for n, runs in by.items()} for w, by in raw.items()}
@@ -713,6 +765,14 @@ def main() -> None:
     print(table(results, names))
     if args.against is not None:
         print(against_table(results, raw))
+    for size in sizes:
+        print(against_table(results, raw, suffix=f"@rs{size}",
+                            title=f"greenpool on a set of {size} against the standalone",
+                            twin_over_this=True))
+        if size != sizes[0]:
+            print(against_table(results, raw, suffix=f"@rs{size}", base=f"@rs{sizes[0]}",
+                                title=f"greenpool on a set of {size} against a set of "
+                                      f"{sizes[0]}", twin_over_this=True))
 
     d = pool_only(d_runs) if d_runs else None
     if d_runs and d is None:
