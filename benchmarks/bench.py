@@ -15,7 +15,8 @@ unless ``--uri`` is given, and measures, side by side in one run:
    (``greenpool.pymongo.MongoClient``), when that module is importable;
 4. ``pymongo``: stock PyMongo's MongoClient under ``gevent.monkey.patch_all()``;
 5. ``floor``: no pool at all: as many raw :mod:`greenpool.wire.link` connections as
-   the pool size, one greenlet each, commands back to back.
+   the pool size, one greenlet each, commands back to back (for the Collection API
+   workloads, the command each call sends, built by hand).
 
 The two PyMongo contenders carry the CMAP listener too (their waits come from it).
 
@@ -52,8 +53,8 @@ bench_pool.py); and a wait-queue check: 10,000 waiting greenlets' memory, and
 The Collection API workloads run the same calls on every contender (PyMongo's
 collection API, which greenpool's Client offers too), 1000 greenlets, maxPoolSize 10:
 (e) ``insert_one``, (f) ``find_one`` by ``_id``, (g) ``update_one`` by ``_id``, (h)
-``find`` of 100 documents. They have no floor; their goal is greenpool's CPU per
-operation against stock PyMongo's.
+``find`` of 100 documents. Their goal is greenpool's CPU per operation against stock
+PyMongo's; their floor shows what of it is the round trip's own.
 
 Each contender and workload runs in its own subprocess (monkey-patching does
 not leak, CPU time is that process's ``getrusage``), the ``@against`` ones in an
@@ -94,14 +95,13 @@ WORKLOADS: dict[str, dict[str, Any]] = {
     "c": {"title": "(c) find 100 docs, 200 greenlets, pool 20", "op": "find", "greenlets": 200,
           "ops": 25, "quick_ops": 3, "pool": 20},
     "e": {"title": "(e) insert_one, 1000 greenlets, pool 10", "op": "insert_one",
-          "greenlets": 1000, "ops": 50, "quick_ops": 3, "pool": 10, "floor": False},
+          "greenlets": 1000, "ops": 50, "quick_ops": 3, "pool": 10},
     "f": {"title": "(f) find_one by _id, 1000 greenlets, pool 10", "op": "find_one",
-          "greenlets": 1000, "ops": 50, "quick_ops": 3, "pool": 10, "floor": False},
+          "greenlets": 1000, "ops": 50, "quick_ops": 3, "pool": 10},
     "g": {"title": "(g) update_one by _id, 1000 greenlets, pool 10", "op": "update_one",
-          "greenlets": 1000, "ops": 50, "quick_ops": 3, "pool": 10, "floor": False},
+          "greenlets": 1000, "ops": 50, "quick_ops": 3, "pool": 10},
     "h": {"title": "(h) find 100 docs (collection API), 1000 greenlets, pool 10",
-          "op": "find_100", "greenlets": 1000, "ops": 10, "quick_ops": 2, "pool": 10,
-          "floor": False},
+          "op": "find_100", "greenlets": 1000, "ops": 10, "quick_ops": 2, "pool": 10},
 }
 DB, COLLECTION, INSERTS = "bench", "docs", "inserts"
 SAMPLES = 400  # wait quantiles kept for the plot
@@ -142,7 +142,10 @@ def make_listener() -> tuple[Any, list[float]]:
 
 
 def collection_operations(client: Any) -> dict[str, Callable[[], Any]]:
-    """The Collection API workloads' calls: the same code on every contender's client."""
+    """The Collection API workloads' calls: the same code on every contender's client
+    (none for a Client from before the collection API, as ``--against`` may run)."""
+    if not hasattr(type(client), "__getitem__"):
+        return {}
     docs, inserts = client[DB][COLLECTION], client[DB][INSERTS]
     keys = itertools.cycle(range(100))  # the seeded documents' _ids
     return {
@@ -218,6 +221,27 @@ def run_child(name: str, workload: str, uri: str, quick: bool,
     return summarize(total, elapsed, cpu, waits, finished)
 
 
+def floor_command(op: str) -> tuple[str, Callable[[], dict[str, Any]]]:
+    """The floor's database, and a maker of the command a call of ``op`` sends
+    (acknowledged writes, as the clients' default write concern is)."""
+    from bson import ObjectId
+
+    keys = itertools.cycle(range(100))  # the seeded documents' _ids
+    makers: dict[str, Callable[[], dict[str, Any]]] = {
+        "ping": lambda: {"ping": 1},
+        "find": lambda: {"find": COLLECTION, "filter": {}},
+        "find_100": lambda: {"find": COLLECTION, "filter": {}},
+        "insert_one": lambda: {"insert": INSERTS, "ordered": True,
+                               "documents": [{"n": 1, "name": "item", "_id": ObjectId()}]},
+        "find_one": lambda: {"find": COLLECTION, "filter": {"_id": next(keys)}, "limit": 1,
+                             "singleBatch": True},
+        "update_one": lambda: {"update": COLLECTION, "ordered": True,
+                               "updates": [{"q": {"_id": next(keys)},
+                                            "u": {"$inc": {"n": 1}}}]},
+    }
+    return ("admin" if op == "ping" else DB), makers[op]
+
+
 def run_floor(uri: str, spec: dict[str, Any], total: int) -> dict[str, Any]:
     """No pool: pool-size raw links, one greenlet each, back-to-back commands."""
     import gevent
@@ -228,11 +252,7 @@ def run_floor(uri: str, spec: dict[str, Any], total: int) -> dict[str, Any]:
 
     address = parse_uri(uri).hosts[0]
     links = [connect(address, LinkOptions()) for _ in range(spec["pool"])]
-    if spec["op"] == "ping":
-        command: dict[str, Any] = {"ping": 1}
-        dbname = "admin"
-    else:
-        command, dbname = {"find": COLLECTION, "filter": {}}, DB
+    dbname, command = floor_command(spec["op"])
     share = [total // len(links) + (i < total % len(links)) for i in range(len(links))]
     finished: list[float] = []
     gc.collect()
@@ -241,8 +261,8 @@ def run_floor(uri: str, spec: dict[str, Any], total: int) -> dict[str, Any]:
 
     def worker(link: Any, n: int) -> None:
         for _ in range(n):
-            reply = link.command(dbname, dict(command))
-            assert reply["ok"] == 1
+            reply = link.command(dbname, command())
+            assert reply["ok"] == 1 and "writeErrors" not in reply, reply
         finished.append(time.perf_counter() - started)
 
     gevent.joinall([gevent.spawn(worker, link, n) for link, n in zip(links, share, strict=True)],
@@ -493,7 +513,7 @@ def table(results: dict[str, dict[str, dict[str, Any]]], names: list[str]) -> st
         lines.append("|---|---|---|---|---|---|---|---|---|---|---|")
         for name in names:
             if name not in by:
-                continue  # not run on this workload (the floor of a Collection API one)
+                continue  # not run on this workload
             r = by[name]
             if "unavailable" in r or "failed" in r:
                 why = "not available" if "unavailable" in r else f"failed: {r['failed']}"
@@ -736,8 +756,8 @@ def main() -> None:
         # children move themselves to theirs first thing.
         os.sched_setaffinity(0, {server_cpu})
     raw: dict[str, dict[str, list[dict[str, Any]]]] = {
-        w: {n: [] for n in names if n != "floor" or spec.get("floor", True)}
-        for w, spec in WORKLOADS.items()}
+        w: {n: [] for n in names}
+        for w in WORKLOADS}
     d_runs: list[dict[str, Any]] = []
     with server(args.uri) as uri, replica_sets(sizes) as set_uris:
         print(f"server: {uri}", flush=True)
