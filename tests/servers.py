@@ -62,6 +62,7 @@ from pymongo import MongoClient
 from pymongo.errors import PyMongoError
 
 from greenpool.cli.embedded import free_port, secantusd_executable
+from greenpool.cli.replset import ReplicaSet
 
 HOST = "127.0.0.1"
 TEST_URI_VARIABLE = "GREENPOOL_TEST_URI"
@@ -723,3 +724,22 @@ def with_options(uri: str, **options: Any) -> str:
 def unique(prefix: str) -> str:
     """A name no other test uses: ``prefix`` and 8 random hex digits."""
     return f"{prefix}_{uuid.uuid4().hex[:8]}"
+
+
+def restore_set(members: ReplicaSet) -> None:
+    """A module's replica set as its tests expect to find it: every member up, healed,
+    without lag, tags or fail point, member 0 primary."""
+    for status in members.status():
+        if status.state == "DOWN":
+            members.start_member(status.index)
+        elif status.partitioned:
+            members.heal(status.index)
+        if status.config.lag:
+            members.set_lag(status.index, 0)
+        if status.config.tags:
+            members.set_tags(status.index, {})
+    if members.primary != members.addresses[0]:
+        members.elect(0)
+    for member in members.addresses:
+        with MongoClient(f"mongodb://{member}/?directConnection=true") as client:
+            client.admin.command("configureFailPoint", "failCommand", mode="off")

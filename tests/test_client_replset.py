@@ -19,6 +19,7 @@ from pymongo import monitoring as _m
 import greenpool
 from greenpool.cli.replset import ReplicaSet
 from tests.events import AllEvents
+from tests.servers import restore_set
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -31,13 +32,9 @@ def module_set() -> Iterator[ReplicaSet]:
 
 @pytest.fixture
 def rs(module_set: ReplicaSet) -> Iterator[ReplicaSet]:
-    """The module's set, three members up and member 0 primary again after the test."""
+    """The module's set, restored after the test (tests/servers.py restore_set)."""
     yield module_set
-    for status in module_set.status():
-        if status.state == "DOWN":
-            module_set.start_member(status.index)
-    if module_set.primary != module_set.addresses[0]:
-        module_set.elect(0)
+    restore_set(module_set)
 
 
 def address(text: str) -> tuple[str, int]:

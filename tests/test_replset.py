@@ -34,6 +34,7 @@ from greenpool.errors import ConfigurationError
 from greenpool.wire.connector import connect
 from greenpool.wire.link import Link, LinkOptions
 from tests.events import AllEvents
+from tests.servers import restore_set
 from tests.test_embedded import ROOT, interruptible, wait_gone
 
 pytestmark = pytest.mark.timeout(300)
@@ -49,22 +50,9 @@ def module_set() -> Iterator[ReplicaSet]:
 
 @pytest.fixture
 def rs(module_set: ReplicaSet) -> Iterator[ReplicaSet]:
-    """The module's set, back to three members up, member 0 primary, after the test."""
+    """The module's set, restored after the test (tests/servers.py restore_set)."""
     yield module_set
-    for status in module_set.status():
-        if status.state == "DOWN":
-            module_set.start_member(status.index)
-        elif status.partitioned:
-            module_set.heal(status.index)
-        if status.config.lag:
-            module_set.set_lag(status.index, 0)
-        if status.config.tags:
-            module_set.set_tags(status.index, {})
-    if module_set.primary != module_set.addresses[0]:
-        module_set.elect(0)
-    for member in module_set.addresses:
-        with MongoClient(f"mongodb://{member}/?directConnection=true") as mc:
-            mc.admin.command("configureFailPoint", "failCommand", mode="off")
+    restore_set(module_set)
 
 
 def address(text: str) -> tuple[str, int]:
