@@ -218,15 +218,18 @@ def test_cursor_command_is_not_retried(server: FakeServer) -> None:
 def test_writes_carry_no_read_preference_and_reads_carry_primary_preferred(
         server: FakeServer) -> None:
     server.handlers.update({"insert": lambda r: {"ok": 1.0, "n": 1},
-                            "createIndexes": lambda r: {"ok": 1.0}})
+                            "createIndexes": lambda r: {"ok": 1.0},
+                            "dropDatabase": lambda r: {"ok": 1.0}})
     serve_cursor(server, "find", [])
     with connect(server, "&retryWrites=false") as client:
         client.db.c.insert_one({"_id": 1})
         client.db.c.create_index("a")
+        client.drop_database("db")
         client.db.c.find_one()
         client.db.command("ping")
     assert "$readPreference" not in sent(server, "insert")[0]
     assert "$readPreference" not in sent(server, "createIndexes")[0]
+    assert "$readPreference" not in sent(server, "dropDatabase")[0]
     assert sent(server, "find")[0]["$readPreference"] == {"mode": "primaryPreferred"}
     assert sent(server, "ping")[0]["$readPreference"] == {"mode": "primaryPreferred"}
 

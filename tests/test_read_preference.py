@@ -276,3 +276,8 @@ def test_a_collection_reads_with_the_one_primary_instance(mongodb_uri: str) -> N
     with Client(with_options(mongodb_uri, readPreference="primary")) as client:
         assert client.db.c.read_preference is greenpool.client.readpref.PRIMARY
         assert client.read_preference is greenpool.client.readpref.PRIMARY
+
+
+def test_the_write_preference_keeps_its_identity() -> None:
+    # A write's preference (no $readPreference on the wire) must survive coerce.
+    assert coerce(greenpool.client.readpref.WRITE) is greenpool.client.readpref.WRITE

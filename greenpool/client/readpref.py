@@ -111,8 +111,11 @@ def coerce(value: object) -> _ServerMode:
     """
     if isinstance(value, _ServerMode):
         # Every primary read preference is the same (no tags, no staleness):
-        # the hot paths know it by identity.
-        return PRIMARY if value.mode == PRIMARY.mode else value
+        # the hot paths know it by identity. WRITE keeps its own (a write's,
+        # which carries no $readPreference).
+        if value.mode == PRIMARY.mode and value is not WRITE:
+            return PRIMARY
+        return value
     if isinstance(value, str):
         return make(value)
     if isinstance(value, Mapping):
