@@ -207,3 +207,24 @@ def test_alarm_does_not_keep_the_hub_alive() -> None:
                           timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "joined"
+
+
+def test_ctrl_c_in_a_background_loop_reaches_main_quietly_and_the_loop_goes_on(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from greenpool.pool.waitqueue import spawn_background
+
+    runs: list[int] = []
+
+    def loop() -> None:
+        runs.append(1)
+        if len(runs) == 1:
+            raise KeyboardInterrupt  # as Ctrl-C would, while this greenlet ran
+        gevent.sleep(0)
+
+    greenlet = spawn_background(loop)
+    with pytest.raises(KeyboardInterrupt):
+        gevent.sleep(0.5)  # the main greenlet gets the interrupt
+    greenlet.join(timeout=5)
+    assert greenlet.dead and greenlet.successful()
+    assert len(runs) == 2  # the loop started again once the program carried on
+    assert "Traceback" not in capsys.readouterr().err

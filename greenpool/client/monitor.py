@@ -31,7 +31,7 @@ from greenpool.client.checker import Checker
 from greenpool.client.roundtrips import RoundTrips, RttMonitor
 from greenpool.client.sdam import is_stale_description
 from greenpool.errors import ProtocolError
-from greenpool.pool.waitqueue import Alarm
+from greenpool.pool.waitqueue import Alarm, spawn_background
 from greenpool.wire.handshake import faas_platforms
 
 __all__ = ["MIN_HEARTBEAT_FREQUENCY", "MONITORING_MODES", "Checker", "Monitor", "MonitorOwner",
@@ -152,7 +152,7 @@ class Monitor:
             checker.more_to_come or (self._streaming and self._topology_version is not None))
 
     def start(self) -> None:
-        self._greenlet = gevent.spawn(self._run)
+        self._greenlet = spawn_background(self._run)
 
     def stop(self) -> None:
         self._stopped = True  # also when called from the monitor's own greenlet

@@ -22,7 +22,7 @@ from greenpool.address import Address, format_address
 from greenpool.client.checker import Checker
 from greenpool.client.selection import average_round_trip_time
 from greenpool.client.timeouts import MinRoundTrip
-from greenpool.pool.waitqueue import Alarm
+from greenpool.pool.waitqueue import Alarm, spawn_background
 
 __all__ = ["RoundTrips", "RttMonitor"]
 
@@ -86,7 +86,7 @@ class RttMonitor:
     def start(self) -> None:
         """Start measuring (once: later calls change nothing)."""
         if self._greenlet is None and not self._stopped:
-            self._greenlet = gevent.spawn(self._run)
+            self._greenlet = spawn_background(self._run)
 
     def stop(self) -> None:
         self._stopped = True

@@ -36,7 +36,7 @@ from greenpool.client import dns
 from greenpool.client.settings import ClientSettings
 from greenpool.client.uri import in_srv_domain
 from greenpool.errors import ConfigurationError
-from greenpool.pool.waitqueue import Alarm
+from greenpool.pool.waitqueue import Alarm, spawn_background
 
 __all__ = ["MIN_RESCAN_INTERVAL", "SrvPoller", "rescan_interval", "rescanned_hosts"]
 
@@ -119,7 +119,7 @@ class SrvPoller:
     def start(self) -> None:
         """Start rescanning (idempotent)."""
         if self._greenlet is None:
-            self._greenlet = gevent.spawn(self._run)
+            self._greenlet = spawn_background(self._run)
 
     def stop(self) -> None:
         """Stop rescanning; a lookup in flight is dropped. Idempotent, and

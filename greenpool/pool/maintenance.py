@@ -42,7 +42,7 @@ from greenpool.pool.forkmark import OwnerMark
 from greenpool.pool.monitoring import Publisher
 from greenpool.pool.options import PoolOptions
 from greenpool.pool.services import ServiceMap
-from greenpool.pool.waitqueue import Alarm
+from greenpool.pool.waitqueue import Alarm, spawn_background
 
 __all__ = ["Maintained", "Maintenance"]
 
@@ -178,11 +178,11 @@ class Maintenance(Generic[T]):
         pool = self._pool
         threshold = self.long_hold_threshold
         if threshold is not None and (self.watcher is None or self.watcher.dead):
-            self.watcher = gevent.spawn(longholds.watch, weakref.ref(pool), Alarm())
+            self.watcher = spawn_background(longholds.watch, weakref.ref(pool), Alarm())
         if pool.options.background_interval is None:
             return  # the test hook for "never run"
         if self.greenlet is None or self.greenlet.dead:
-            self.greenlet = gevent.spawn(_maintain, weakref.ref(pool), self.alarm)
+            self.greenlet = spawn_background(_maintain, weakref.ref(pool), self.alarm)
         self.alarm.ring()
 
     def stop(self) -> None:

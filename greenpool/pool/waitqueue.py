@@ -41,9 +41,10 @@ from time import monotonic
 from typing import Any, Generic, TypeVar
 
 from gevent import get_hub, getcurrent, sleep
+from gevent import spawn as gevent_spawn
 from gevent.exceptions import InvalidSwitchError
 
-__all__ = ["Alarm", "Slot", "Turns", "WaitQueue", "WaitTimedOut"]
+__all__ = ["Alarm", "Slot", "Turns", "WaitQueue", "WaitTimedOut", "spawn_background"]
 
 T = TypeVar("T")
 
@@ -353,3 +354,26 @@ class Turns:
             sleep(0)
             self._last = current  # whoever went meanwhile, this is the latest turn
         return current
+
+
+def spawn_background(function: Callable[..., object], *args: Any) -> Any:
+    """``gevent.spawn(function, *args)`` for greenpool's own long-lived loops
+    (monitors, pollers, maintenance), which start over if they return early.
+
+    Ctrl-C raises KeyboardInterrupt in whichever greenlet runs when it comes.
+    If that is one of these loops, the interrupt goes to the main greenlet,
+    as gevent would send it, but without gevent's traceback of the loop on
+    stderr. The loop starts again should the program carry on, so an
+    interrupt that the program handles does not stop the monitoring.
+    """
+    return gevent_spawn(_background, function, *args)
+
+
+def _background(function: Callable[..., object], *args: Any) -> None:
+    while True:
+        try:
+            function(*args)
+            return
+        except KeyboardInterrupt as interrupt:
+            get_hub().handle_system_error(KeyboardInterrupt, interrupt,
+                                          interrupt.__traceback__)
