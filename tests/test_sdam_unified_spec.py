@@ -20,7 +20,6 @@ in NOT_RUN, each with the reason.
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -35,7 +34,7 @@ from tests.servers import AuthServer
 from tests.spec_files import MISSING_MARK
 from tests.unified.deployment import Deployment
 from tests.unified.files import load_file
-from tests.unified.suite import NotRun, greenpool_client, run_file, spec_files
+from tests.unified.suite import NotRun, greenpool_client, report_cases, run_file, spec_files
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -194,9 +193,4 @@ def _run_logging_file(name: str, uri: str, deployment: Deployment,
             cases.append([test["description"], "failed", f"{type(error).__name__}: {error}"])
         else:
             cases.append([test["description"], "passed", ""])
-    request.node.user_properties.append(("cases", json.dumps(cases)))
-    failures = [f"{description}: {why}" for description, outcome, why in cases
-                if outcome == "failed"]
-    if failures:
-        pytest.fail(f"{len(failures)} of {len(cases)} cases failed:\n\n"
-                    + "\n\n".join(failures), pytrace=False)
+    report_cases(cases, request)

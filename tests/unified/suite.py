@@ -55,14 +55,20 @@ def run_file(path: Path, make_client: ClientFactory, uri: str, deployment: Deplo
     cases = [[test["description"], *_run_case(spec, test, make_client, uri, deployment,
                                               not_run.get(f"{path.stem}[{test['description']}]"))]
              for test in spec["tests"]]
+    report_cases(cases, request)
+    if not any(outcome == "passed" for _, outcome, _ in cases):
+        pytest.skip("no case applies: " + "; ".join(f"{d}: {why}" for d, _, why in cases))
+
+
+def report_cases(cases: list[list[str]], request: pytest.FixtureRequest) -> None:
+    """Attach ``cases`` (``[description, outcome, why]`` each) to the test as its
+    ``cases`` property, and fail naming each case that failed."""
     request.node.user_properties.append(("cases", json.dumps(cases)))
     failures = [f"{description}: {why}" for description, outcome, why in cases
                 if outcome == "failed"]
     if failures:
         pytest.fail(f"{len(failures)} of {len(cases)} cases failed:\n\n"
                     + "\n\n".join(failures), pytrace=False)
-    if not any(outcome == "passed" for _, outcome, _ in cases):
-        pytest.skip("no case applies: " + "; ".join(f"{d}: {why}" for d, _, why in cases))
 
 
 def _run_case(spec: Mapping[str, Any], test: Mapping[str, Any], make_client: ClientFactory,
