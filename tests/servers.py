@@ -741,5 +741,5 @@ def restore_set(members: ReplicaSet) -> None:
     if members.primary != members.addresses[0]:
         members.elect(0)
     for member in members.addresses:
-        with MongoClient(f"mongodb://{member}/?directConnection=true") as client:
+        with MongoClient[dict[str, Any]](f"mongodb://{member}/?directConnection=true") as client:
             client.admin.command("configureFailPoint", "failCommand", mode="off")
