@@ -102,9 +102,12 @@ class Live:
 
 @dataclass
 class Raw:
-    """Bytes sent as they are: a malformed reply."""
+    """Bytes sent as they are: a malformed reply; or a reply sent in
+    ``pieces`` (the sizes of the first pieces, the rest following), with a
+    pause between them so that each arrives on its own."""
 
     data: bytes
+    pieces: tuple[int, ...] = ()
 
 
 HANG_UP = object()
@@ -272,7 +275,9 @@ class FakeServer:
                 if not self._send_live(sock, request, answer):
                     return
                 continue
-            for data in self._encode(request, answer):
+            for index, data in enumerate(self._encode(request, answer)):
+                if index and isinstance(answer, Raw):
+                    gevent.sleep(0.02)  # the client reads the piece before it
                 sock.sendall(data)
 
     def _send_live(self, sock: Any, request: Request, answer: Live) -> bool:
@@ -355,7 +360,11 @@ class FakeServer:
 
     def _encode(self, request: Request, answer: Any) -> Iterable[bytes]:
         if isinstance(answer, Raw):
-            return [answer.data]
+            pieces, rest = [], answer.data
+            for size in answer.pieces:
+                pieces.append(rest[:size])
+                rest = rest[size:]
+            return [*pieces, rest]
         replies = answer.replies if isinstance(answer, Stream) else [answer]
         messages = []
         response_to = request.request_id

@@ -132,6 +132,63 @@ def test_refused_command_leaves_the_link_usable() -> None:
         link.close()
 
 
+@pytest.mark.parametrize("pieces", [(3,), (3, 20), (16,), (40, 1)])
+def test_a_reply_arriving_in_pieces_is_read_whole(pieces: tuple[int, ...]) -> None:
+    reply = {"ok": 1.0, "cursor": {"id": 0, "ns": "db.c", "firstBatch": [{"_id": 1}]}}
+    with serving(handlers={"find": lambda r: Raw(op_msg(reply, r.request_id), pieces)}) as s:
+        link = connect(s.address, LinkOptions())
+        assert link.command("db", {"find": "c"}) == reply
+        assert link.command("admin", {"ping": 1}) == {"ok": 1.0}
+        link.close()
+
+
+@pytest.mark.parametrize("size", [16_384 - 60, 16_384, 100_000, 3_000_000])
+def test_replies_larger_than_the_first_receive(size: int) -> None:
+    """Replies around and far over the first receive's 16 KiB, split or not."""
+    reply = {"ok": 1.0, "pad": "x" * size}
+    with serving(handlers={"find": lambda _r: reply,
+                           "count": lambda r: Raw(op_msg(reply, r.request_id), (16_390,))}) as s:
+        link = connect(s.address, LinkOptions())
+        assert link.command("db", {"find": "c"}) == reply
+        assert link.command("db", {"count": "c"}) == reply
+        link.close()
+
+
+def test_bytes_after_a_reply_break_the_link() -> None:
+    with serving(handlers={"find": lambda r: Raw(op_msg({"ok": 1}, r.request_id) + b"12345")}) as s:
+        link = connect(s.address, LinkOptions())
+        with pytest.raises(AutoReconnect, match="sent 5 bytes after its reply") as caught:
+            link.command("db", {"find": "c"})
+        assert isinstance(caught.value.__cause__, ProtocolError)
+        assert link.broken
+
+
+class _ShortSends:
+    """A socket whose send() takes at most ``limit`` bytes, as a full send buffer does."""
+
+    def __init__(self, sock: Any, limit: int) -> None:
+        self.sock, self.limit, self.sends = sock, limit, 0
+
+    def send(self, data: Any) -> int:
+        self.sends += 1
+        return int(self.sock.send(data[: self.limit]))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.sock, name)
+
+
+def test_a_command_that_one_send_does_not_take_is_sent_whole() -> None:
+    document = {"_id": 1, "pad": "y" * 50_000}
+    with serving(handlers={"insert": lambda _r: {"ok": 1.0, "n": 1}}) as server:
+        link = connect(server.address, LinkOptions())
+        short = _ShortSends(link._sock, 1000)
+        link._sock = short
+        link.command("db", {"insert": "c", "documents": [document]})
+        assert short.sends == 1  # the rest went through sendall
+        link.close()
+    assert server.requests[-1].command["documents"] == [document]
+
+
 def test_refused_hello_fails_before_the_handshake_completed() -> None:
     refuse = {"isMaster": lambda _r: {"ok": 0, "errmsg": "hello refused", "code": 8000}}
     with serving(handlers=refuse) as server:

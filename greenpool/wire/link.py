@@ -78,6 +78,7 @@ from greenpool.wire.messages import (
     DEFAULT_MAX_MESSAGE_SIZE,
     HEADER_SIZE,
     Message,
+    MessageHeader,
     Outgoing,
     decode_message,
     decode_reply,
@@ -94,6 +95,9 @@ from greenpool.wire.sockets import EstablishmentTimedOut, open_socket
 __all__ = ["Link", "LinkOptions"]
 
 _R = TypeVar("_R")
+# How much of a reply the first receive asks for: most replies fit, and a
+# bytes object of this size is only allocated, not filled, until it arrives.
+_FIRST_READ = 16384
 # libev's event mask for "readable".
 _READ = 1
 
@@ -494,9 +498,23 @@ class Link:
         timeout: float | None,
         read: Callable[[int, float | None], _R],
     ) -> _R:
-        with self._exchange(timeout) as deadline:
+        # _exchange's work, written out: the context manager would cost a
+        # few microseconds on every command.
+        deadline = self._deadline(timeout)
+        self._busy = True
+        try:
             self._send(data, deadline)
             return read(request_id, deadline)
+        except Exception as exc:
+            error = self._failure(exc, self.options.socket_timeout if timeout is None else timeout)
+            if error is exc:
+                raise
+            raise caused_by(error, exc) from exc
+        except BaseException as kill:
+            self._break(kill)  # see _exchange
+            raise
+        finally:
+            self._busy = False
 
     def _check_usable(self) -> None:
         self._check_idle()
@@ -519,13 +537,12 @@ class Link:
     def _exchange(self, timeout: float | None) -> Iterator[float | None]:
         """Hold the link for one exchange, yielding its deadline (``timeout``
         or the socket timeout from now); break the link on any failure in it."""
+        deadline = self._deadline(timeout)
         if timeout is None:
             timeout = self.options.socket_timeout
-        else:
-            check_timeout("timeout", timeout)
         self._busy = True
         try:
-            yield None if timeout is None else time.monotonic() + timeout
+            yield deadline
         except Exception as exc:
             error = self._failure(exc, timeout)
             if error is exc:
@@ -538,6 +555,17 @@ class Link:
             raise
         finally:
             self._busy = False
+
+    def _deadline(self, timeout: float | None) -> float | None:
+        """When an exchange bounded by ``timeout`` (default: the socket
+        timeout) must end, on the monotonic clock; None for never."""
+        if timeout is None:
+            timeout = self.options.socket_timeout
+            if timeout is None:
+                return None
+        else:
+            check_timeout("timeout", timeout)
+        return time.monotonic() + timeout
 
     def _failure(self, exc: Exception, timeout: float | None) -> Exception:
         """Break the link; return what the caller should see for ``exc``."""
@@ -581,22 +609,59 @@ class Link:
     # -- bytes -------------------------------------------------------------------------------
 
     def _send(self, data: bytes, deadline: float | None) -> None:
-        self._sock.settimeout(_remaining(deadline))
-        self._sock.sendall(data)
+        sock = self._sock
+        sock.settimeout(_remaining(deadline))
+        # One send() carries a command whole in the common case; sendall(),
+        # which asks the kernel for the send buffer's size on every call,
+        # only for what is left.
+        sent = sock.send(data)
+        if sent < len(data):
+            sock.settimeout(_remaining(deadline))
+            sock.sendall(memoryview(data)[sent:])
 
     def _recv_exactly(self, size: int, deadline: float | None) -> bytearray:
         # The buffer itself, not a bytes() copy of it: a large reply would
         # briefly take twice its size.
         buffer = bytearray(size)
-        view = memoryview(buffer)
-        received = 0
+        self._recv_into(memoryview(buffer), deadline)
+        return buffer
+
+    def _recv_into(self, view: memoryview, deadline: float | None) -> None:
+        """Fill ``view`` from the socket."""
+        received, size = 0, len(view)
         while received < size:
             self._sock.settimeout(_remaining(deadline))
             count = self._sock.recv_into(view[received:])
             if not count:
                 raise _PeerClosed
             received += count
-        return buffer
+
+    def _recv_reply(self, deadline: float | None) -> tuple[MessageHeader, bytes | bytearray]:
+        """The header and body of the one reply a request gets (not a
+        stream), in one receive when it is small.
+
+        Nothing may follow that reply until the next request, so bytes
+        after it are a protocol error, not the start of another message:
+        only a stream's replies must be read header first.
+        """
+        sock = self._sock
+        sock.settimeout(_remaining(deadline))
+        data = sock.recv(_FIRST_READ)
+        if not data:
+            raise _PeerClosed
+        if len(data) < HEADER_SIZE:
+            data += self._recv_exactly(HEADER_SIZE - len(data), deadline)
+        header = parse_header(data, max_message_size=self._max_message_size)
+        extra = len(data) - header.length
+        if extra > 0:
+            raise ProtocolError(f"the server sent {extra} bytes after its reply")
+        if extra == 0:
+            return header, data[HEADER_SIZE:]
+        # A large reply: its body in one buffer, the rest received into it.
+        body = bytearray(header.length - HEADER_SIZE)
+        body[: len(data) - HEADER_SIZE] = memoryview(data)[HEADER_SIZE:]
+        self._recv_into(memoryview(body)[len(data) - HEADER_SIZE :], deadline)
+        return header, body
 
     def _read_message(self, request_id: int, deadline: float | None) -> Message:
         return self._read_op_msg(request_id, (request_id,), deadline, stream=False)
@@ -615,8 +680,12 @@ class Link:
         them, or the original request as some servers do: both are accepted.
         """
         limit = self._max_message_size
-        header = parse_header(self._recv_exactly(HEADER_SIZE, deadline), max_message_size=limit)
-        body = self._recv_exactly(header.length - HEADER_SIZE, deadline)
+        if stream:
+            header = parse_header(self._recv_exactly(HEADER_SIZE, deadline),
+                                  max_message_size=limit)
+            body: bytes | bytearray = self._recv_exactly(header.length - HEADER_SIZE, deadline)
+        else:
+            header, body = self._recv_reply(deadline)
         message = decode_message(header, body, max_message_size=limit)
         self._spoke_mongodb = True
         _check_response_to(message.response_to, answering)
@@ -633,10 +702,8 @@ class Link:
                       codec_options: CodecOptions[Any]) -> dict[str, Any]:
         """The reply to ``request_id`` (not a stream), decoded with
         ``codec_options``; checked as :meth:`_read_op_msg` checks one."""
-        limit = self._max_message_size
-        header = parse_header(self._recv_exactly(HEADER_SIZE, deadline), max_message_size=limit)
-        body = self._recv_exactly(header.length - HEADER_SIZE, deadline)
-        message = decode_message(header, body, max_message_size=limit,
+        header, body = self._recv_reply(deadline)
+        message = decode_message(header, body, max_message_size=self._max_message_size,
                                  codec_options=codec_options)
         self._spoke_mongodb = True
         _check_response_to(message.response_to, (request_id,))
