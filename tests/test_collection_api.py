@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import bson
 import pytest
 from bson.codec_options import CodecOptions
 from bson.errors import BSONError
@@ -120,6 +121,16 @@ SCENARIOS: dict[str, Scenario] = {
     "insert_one": lambda c: c.insert_one({"_id": 1, "a": "b"}),
     "insert_one duplicate": lambda c: [c.insert_one({"_id": 1}), c.insert_one({"_id": 1})],
     "insert_one not a document": lambda c: c.insert_one([1, 2]),
+    "insert_one raw": lambda c: [c.insert_one(RawBSONDocument(bson.encode({"_id": 7, "a": 1}))),
+                                 c.find_one(7)],
+    "insert_one raw without _id": lambda c: [
+        c.insert_one(RawBSONDocument(bson.encode({"a": 1}))).inserted_id,
+        c.find_one({}, {"_id": 0})],
+    "insert_many raw": lambda c: [
+        c.insert_many([RawBSONDocument(bson.encode({"_id": 8})), {"_id": 9}]),
+        c.find({}).sort("_id", 1).to_list()],
+    "insert_one a mapping": lambda c: [type(c.insert_one(SON([("a", 1)])).inserted_id),
+                                       c.find_one({"a": 1}, {"_id": 0})],
     "insert_many": lambda c: c.insert_many([{"_id": i} for i in range(3)]),
     "insert_many ordered duplicate": lambda c: c.insert_many(
         [{"_id": 1}, {"_id": 1}, {"_id": 2}]),

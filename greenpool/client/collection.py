@@ -252,7 +252,9 @@ class Collection:
                    session: Session | None = None, comment: Any = None) -> InsertOneResult:
         """Insert one document, giving it an ``_id`` (an ObjectId) if it has none."""
         bulk.check_document("document", document)
-        if not isinstance(document, RawBSONDocument) and "_id" not in document:
+        # A dict first: isinstance against an ABC (RawBSONDocument is a Mapping) costs more.
+        raw = type(document) is not dict and isinstance(document, RawBSONDocument)
+        if not raw and "_id" not in document:
             document["_id"] = ObjectId()
         command = self._write_command("insert")
         command["ordered"] = True
@@ -260,11 +262,13 @@ class Collection:
         if bypass_document_validation is not None or comment is not None:
             _add_options(command, bypass_document_validation, comment)
         reply = self._send_write(command, session)
+        # As PyMongo: a raw document's _id is not reported.
+        inserted_id = None if raw else document.get("_id")
         if reply is None:
-            return InsertOneResult(document.get("_id"), False)
+            return InsertOneResult(inserted_id, False)
         if "writeErrors" in reply:
             _raise_write_error(reply)
-        return InsertOneResult(document.get("_id"), True)
+        return InsertOneResult(inserted_id, True)
 
     def insert_many(self, documents: Iterable[Any], ordered: bool = True,
                     bypass_document_validation: bool | None = None,
@@ -507,7 +511,7 @@ class Collection:
     def find_one(self, filter: Any = None, *args: Any, **kwargs: Any) -> Any:
         """The first document ``filter`` matches, or None. A ``filter`` that
         is not a document is an ``_id``: ``find_one(oid)``."""
-        if filter is not None and not isinstance(filter, Mapping):
+        if filter is not None and type(filter) is not dict and not isinstance(filter, Mapping):
             filter = {"_id": filter}
         if args or kwargs:
             command, session = FindCursor(self, filter, *args, **kwargs)._single_batch_command()
