@@ -399,7 +399,7 @@ def _raise(result: dict[str, Any]) -> NoReturn:
 
 
 def inserted_ids(builder: Builder) -> list[Any]:
-    """The ``_id`` of each document an insert_many's builder holds, but
-    raw documents' (as PyMongo reports them)."""
+    """The ``_id`` of each document an insert_many's builder holds; raw
+    documents' are left out, as PyMongo leaves them out."""
     return [op.get("_id") for _, op in builder.ops if not isinstance(op, RawBSONDocument)]
 
