@@ -36,6 +36,7 @@ from tests.unified_match import (
     event_name,
     match,
     match_event,
+    recorder_for,
 )
 
 #: ``make_client(uri, event_listeners=[...])``: a client of the API under test.
@@ -173,9 +174,9 @@ class Runner:
                                "ignoreCommandMonitoringEvents", "observeSensitiveCommands",
                                "awaitMinPoolSizeMS"}
         assert not unknown, f"client options {sorted(unknown)} are not supported by this runner"
-        recorder = Recorder(spec.get("observeEvents") or [],
-                            spec.get("ignoreCommandMonitoringEvents") or [],
-                            observe_sensitive=spec.get("observeSensitiveCommands", False))
+        recorder = recorder_for(spec.get("observeEvents") or [],
+                                spec.get("ignoreCommandMonitoringEvents") or [],
+                                observe_sensitive=spec.get("observeSensitiveCommands", False))
         self.recorders[spec["id"]] = recorder
         # useMultipleMongoses: no effect on a deployment without mongoses.
         assert self.deployment.topology != "sharded", "sharded deployments are not supported"
