@@ -180,6 +180,28 @@ def recorder_for(observe: Iterable[str], ignore: Iterable[str] = (), *,
                                                  observe_sensitive=observe_sensitive)
 
 
+def sets_fail_point(test: Mapping[str, Any]) -> bool:
+    """Whether a test (anywhere in its operations, nested ones too) sets a fail point."""
+    def walk(item: Any) -> bool:
+        if isinstance(item, Mapping):
+            return (item.get("name") in ("failPoint", "targetedFailPoint")
+                    or any(walk(value) for value in item.values()))
+        return isinstance(item, list) and any(walk(value) for value in item)
+    return walk(test.get("operations") or [])
+
+
+def with_fail_point_heartbeat(options: Mapping[str, Any], heartbeat_ms: int | None
+                              ) -> dict[str, Any]:
+    """A client entity's ``uriOptions``, with ``heartbeatFrequencyMS=heartbeat_ms`` added
+    unless they name their own (or ``heartbeat_ms`` is None). The format's rule: for a
+    test that might set a fail point, a runner MAY reduce a client's heartbeatFrequencyMS
+    to speed up its recovery and server selection after a failure, and MUST NOT for a
+    client that specifies it."""
+    if heartbeat_ms is None or any(key.lower() == "heartbeatfrequencyms" for key in options):
+        return dict(options)
+    return {**options, "heartbeatFrequencyMS": heartbeat_ms}
+
+
 # -- matching -----------------------------------------------------------------------------
 
 
