@@ -37,6 +37,7 @@ from tests.unified_match import (
     close_entities,
     event_name,
     match,
+    recorder_for,
     run_test,
 )
 
@@ -139,8 +140,8 @@ class Runner:
     def create_entity(self, entity: Mapping[str, Any]) -> None:
         ((kind, spec),) = entity.items()
         if kind == "client":
-            recorder = Recorder(spec.get("observeEvents") or [],
-                                spec.get("ignoreCommandMonitoringEvents") or [])
+            recorder = recorder_for(spec.get("observeEvents") or [],
+                                    spec.get("ignoreCommandMonitoringEvents") or [])
             client = greenpool.Client(self.client_uri(spec), event_listeners=[recorder])
             self.clients.append(client)
             self.recorders[spec["id"]] = recorder

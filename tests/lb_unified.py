@@ -27,6 +27,7 @@ from tests.unified_match import (
     check_events,
     close_entities,
     match,
+    recorder_for,
     run_test,
 )
 
@@ -106,7 +107,7 @@ class Runner:
     def create_entity(self, entity: Mapping[str, Any]) -> None:
         ((kind, spec),) = entity.items()
         if kind == "client":
-            recorder = Recorder(spec.get("observeEvents") or [])
+            recorder = recorder_for(spec.get("observeEvents") or [])
             client = greenpool.Client(self.client_uri(spec), event_listeners=[recorder])
             self.clients.append(client)
             self.recorders[spec["id"]] = recorder

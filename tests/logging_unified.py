@@ -36,7 +36,13 @@ from pymongo import monitoring as _m
 from pymongo.errors import PyMongoError
 
 import greenpool
-from tests.unified_match import check_error, event_name, match
+from tests.unified_match import (
+    check_error,
+    event_name,
+    match,
+    sets_fail_point,
+    with_fail_point_heartbeat,
+)
 
 COMPONENTS = {"connection": "greenpool.connection", "topology": "greenpool.topology"}
 LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "notice": logging.INFO,
@@ -123,11 +129,16 @@ class LoggingRunner:
     fail_point_client: Callable[[], MongoClient[dict[str, Any]]] | None = None
     #: How long ``waitForEvent`` waits (the format's 10 s unless a caller says why not).
     event_timeout: float = 10
+    #: A test that sets a fail point gives its clients this heartbeatFrequencyMS unless
+    #: they name their own (unified_match.with_fail_point_heartbeat).
+    fail_point_heartbeat_ms: int | None = None
+    sets_fail_point: bool = False
     clients: dict[str, ClientEntity] = field(default_factory=dict)
     _tools: list[MongoClient[dict[str, Any]]] = field(default_factory=list)
     _fail_points: list[tuple[MongoClient[dict[str, Any]], str]] = field(default_factory=list)
 
     def run(self, spec: Mapping[str, Any], test: Mapping[str, Any]) -> None:
+        self.sets_fail_point = sets_fail_point(test)
         with LogCapture().installed() as capture:
             try:
                 for entity in spec.get("createEntities") or []:
@@ -156,8 +167,10 @@ class LoggingRunner:
         waiter = EventWaiter(spec.get("observeEvents") or [])
         observe = {component: LEVELS[level]
                    for component, level in (spec.get("observeLogMessages") or {}).items()}
-        client = greenpool.Client(self.client_uri(spec.get("uriOptions") or {}),
-                                  event_listeners=[waiter])
+        options = spec.get("uriOptions") or {}
+        if self.sets_fail_point:
+            options = with_fail_point_heartbeat(options, self.fail_point_heartbeat_ms)
+        client = greenpool.Client(self.client_uri(options), event_listeners=[waiter])
         assert not self.clients, "one greenpool client per test: connection logs are global"
         self.clients[spec["id"]] = ClientEntity(client, waiter, observe)
 

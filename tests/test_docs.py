@@ -40,17 +40,28 @@ def sample_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return report
 
 
-def sphinx(builder: str, out: Path, report: Path,
+@pytest.fixture(scope="module")
+def sample_doctrees(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The doctrees of the builds from ``sample_report``, shared as a Makefile's builders
+    share theirs: the first build reads the sources (and warns, failing under -W), the
+    next one reuses what it read. Only builds from that same report share it: the
+    conformance page is read from the report."""
+    return tmp_path_factory.mktemp("doctrees")
+
+
+def sphinx(builder: str, out: Path, report: Path, doctrees: Path | None = None,
            **variables: str) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, GREENPOOL_SPEC_JUNIT=str(report), **variables)
+    shared = ["-d", str(doctrees)] if doctrees is not None else []
     return subprocess.run(
-        [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", builder,
+        [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", builder, *shared,
          str(DOCS), str(out)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
 
 
-def test_html_builds_without_warnings(sample_report: Path, tmp_path: Path) -> None:
-    result = sphinx("html", tmp_path, sample_report)
+def test_html_builds_without_warnings(sample_report: Path, sample_doctrees: Path,
+                                      tmp_path: Path) -> None:
+    result = sphinx("html", tmp_path, sample_report, sample_doctrees)
     assert result.returncode == 0, result.stdout + result.stderr
     api = (tmp_path / "api.html").read_text()
     for name in greenpool.__all__:
@@ -84,11 +95,13 @@ def test_the_conformance_page_shows_the_spec_run(tmp_path: Path) -> None:
     assert "test_crud[insertOne-pymongo]" in text
 
 
-def test_doctest_examples_pass(sample_report: Path, tmp_path: Path) -> None:
+def test_doctest_examples_pass(sample_report: Path, sample_doctrees: Path,
+                               tmp_path: Path) -> None:
     # The server the quick start has the reader start (python -m greenpool server --replset)
     # and point MONGODB_URI at.
     with EmbeddedServer(replica_set=True) as server:
-        result = sphinx("doctest", tmp_path, sample_report, MONGODB_URI=server.uri)
+        result = sphinx("doctest", tmp_path, sample_report, sample_doctrees,
+                        MONGODB_URI=server.uri)
     assert result.returncode == 0, result.stdout + result.stderr
     summary = (tmp_path / "output.txt").read_text()
     assert "0 failures in tests" in summary

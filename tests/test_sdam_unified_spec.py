@@ -10,8 +10,10 @@ one SecantusDB, as the files expect: its members answer hello, with its fail poi
 and relay the rest; it has no authentication), ``load-balanced`` the load balancer
 fixture. Nothing here presents a sharded cluster (no mongos): a file that runs on
 ``sharded`` alone is skipped, saying so. The files' own heartbeatFrequencyMS,
-connectTimeoutMS and appName are used as given; a ``waitForEvent`` waits 10 s. The
-``logging-*`` files, which check log messages, run through tests/logging_unified.py.
+connectTimeoutMS and appName are used as given; a client of a test that sets a fail
+point and names no heartbeatFrequencyMS gets FAIL_POINT_HEARTBEAT_MS; a ``waitForEvent``
+waits 10 s. The ``logging-*`` files, which check log messages, run through
+tests/logging_unified.py.
 
 The files that other modules run are listed in COVERED, the cases that cannot run here
 in NOT_RUN, each with the reason.
@@ -49,11 +51,13 @@ COVERED = {
 #: The files that check log messages (``expectLogMessages``): tests/logging_unified.py's
 #: runner, which captures greenpool's loggers.
 LOGGING = {"logging-replicaset", "logging-sharded", "logging-standalone"}
-#: Their "Failing heartbeat" sets a hello fail point while the client's monitor awaits a
-#: streamed hello, at the default heartbeatFrequencyMS (10 s): the server applies the
-#: fail point to the next hello it streams, when that wait ends (SecantusDB as mongod),
-#: 10 s after the check began; waitForEvent waits that long and the format's 10 s.
-LOGGING_EVENT_TIMEOUT = 20.0
+#: The heartbeatFrequencyMS of a client whose test sets a fail point, when the file names
+#: none: the least the URI spec allows. The format lets a runner reduce it for such a
+#: test (and forbids it for a client that names its own). At the default 10 s, a
+#: failure waits for the monitor's streamed hello, which the server answers when that
+#: wait ends: logging's "Failing heartbeat" sees its fail point only then, and
+#: auth-shutdown-error's second insert waits that long for the server to be known again.
+FAIL_POINT_HEARTBEAT_MS = 500
 #: The deployments the tests have (the format's topology names).
 TOPOLOGIES = ("single", "replicaset", "load-balanced")
 _NO_WHERE = ("SecantusDB has no JavaScript engine: a $where filter (the file's "
@@ -170,7 +174,7 @@ def test_sdam_unified(name: str, where: str, request: pytest.FixtureRequest) -> 
         _run_logging_file(name, uri, deployment, request)
         return
     run_file(UNIFIED_DIR / f"{name}.json", greenpool_client, uri, deployment, NOT_RUN,
-             request)
+             request, fail_point_heartbeat_ms=FAIL_POINT_HEARTBEAT_MS)
 
 
 def _run_logging_file(name: str, uri: str, deployment: Deployment,
@@ -187,8 +191,8 @@ def _run_logging_file(name: str, uri: str, deployment: Deployment,
     cases = []
     for test in spec["tests"]:
         try:
-            LoggingRunner(uri, fail_point_client, event_timeout=LOGGING_EVENT_TIMEOUT).run(
-                spec, test)
+            LoggingRunner(uri, fail_point_client,
+                          fail_point_heartbeat_ms=FAIL_POINT_HEARTBEAT_MS).run(spec, test)
         except Exception as error:  # each case's failure is reported, whatever it is
             cases.append([test["description"], "failed", f"{type(error).__name__}: {error}"])
         else:

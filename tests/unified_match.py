@@ -65,7 +65,11 @@ _FORMAT_NAMES = {"TopologyOpenedEvent": "topologyOpeningEvent"}
 def event_name(event: Any) -> str:
     """The unified format's name of a PyMongo event (``CommandStartedEvent`` ->
     ``commandStartedEvent``, ``TopologyOpenedEvent`` -> ``topologyOpeningEvent``)."""
-    name = type(event).__name__
+    return _format_name(type(event))
+
+
+def _format_name(kind: type) -> str:
+    name = kind.__name__
     return _FORMAT_NAMES.get(name) or name[0].lower() + name[1:]
 
 
@@ -103,10 +107,10 @@ SDAM_EVENTS = (_m.ServerOpeningEvent, _m.ServerDescriptionChangedEvent, _m.Serve
                _m.ServerHeartbeatSucceededEvent, _m.ServerHeartbeatFailedEvent)
 
 
-class Recorder(_m.CommandListener, _m.ConnectionPoolListener, _m.ServerListener,
-               _m.TopologyListener, _m.ServerHeartbeatListener):
-    """Records the observed events of one client entity (command, CMAP and SDAM ones);
-    counts checked-out and ready
+class Recorder(_m.CommandListener, _m.ConnectionPoolListener):
+    """Records the observed events of one client entity (command and CMAP ones; SDAM
+    ones too as an :class:`SdamRecorder`, which :func:`recorder_for` gives the entities
+    that observe them); counts checked-out and ready
     connections and keeps the started commands whatever is observed. Command events of the
     ignored commands (``ignoreCommandMonitoringEvents``), of configureFailPoint and of
     sensitive commands (unless ``observe_sensitive``) are dropped."""
@@ -156,6 +160,46 @@ class Recorder(_m.CommandListener, _m.ConnectionPoolListener, _m.ServerListener,
         if family == "sdam":
             return [e for e in self.events if isinstance(e, SDAM_EVENTS)]
         return [e for e in self.events if not isinstance(e, (*COMMAND_EVENTS, *SDAM_EVENTS))]
+
+
+class SdamRecorder(Recorder, _m.ServerListener, _m.TopologyListener, _m.ServerHeartbeatListener):
+    """A :class:`Recorder` that the clients also give their SDAM events (server,
+    topology and heartbeat): both clients pick a listener's events by its classes."""
+
+
+def recorder_for(observe: Iterable[str], ignore: Iterable[str] = (), *,
+                 observe_sensitive: bool = False) -> Recorder:
+    """The recorder of a client entity that observes ``observe``: an :class:`SdamRecorder`
+    if that names an SDAM event, else a :class:`Recorder`. PyMongo's MongoClient, given a
+    server or topology listener, publishes through a background thread that its close()
+    waits for (up to half a second); the format lets a runner leave off the listeners of
+    events a test does not observe."""
+    observe = set(observe)
+    sdam = any(_format_name(kind) in observe for kind in SDAM_EVENTS)
+    return (SdamRecorder if sdam else Recorder)(observe, ignore,
+                                                 observe_sensitive=observe_sensitive)
+
+
+def sets_fail_point(test: Mapping[str, Any]) -> bool:
+    """Whether a test (anywhere in its operations, nested ones too) sets a fail point."""
+    def walk(item: Any) -> bool:
+        if isinstance(item, Mapping):
+            return (item.get("name") in ("failPoint", "targetedFailPoint")
+                    or any(walk(value) for value in item.values()))
+        return isinstance(item, list) and any(walk(value) for value in item)
+    return walk(test.get("operations") or [])
+
+
+def with_fail_point_heartbeat(options: Mapping[str, Any], heartbeat_ms: int | None
+                              ) -> dict[str, Any]:
+    """A client entity's ``uriOptions``, with ``heartbeatFrequencyMS=heartbeat_ms`` added
+    unless they name their own (or ``heartbeat_ms`` is None). The format's rule: for a
+    test that might set a fail point, a runner MAY reduce a client's heartbeatFrequencyMS
+    to speed up its recovery and server selection after a failure, and MUST NOT for a
+    client that specifies it."""
+    if heartbeat_ms is None or any(key.lower() == "heartbeatfrequencyms" for key in options):
+        return dict(options)
+    return {**options, "heartbeatFrequencyMS": heartbeat_ms}
 
 
 # -- matching -----------------------------------------------------------------------------

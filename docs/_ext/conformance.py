@@ -22,6 +22,7 @@ from typing import Any
 from docutils import nodes
 from docutils.statemachine import StringList
 from sphinx.application import Sphinx
+from sphinx.config import Config
 from sphinx.util.docutils import SphinxDirective
 from sphinx.util.nodes import nested_parse_with_titles
 
@@ -141,18 +142,21 @@ class SpecConformance(SphinxDirective):
         return list(container.children)
 
 
-def _prepare(app: Sphinx) -> None:
+def _prepare(app: Sphinx, config: Config) -> None:
+    # At config-inited, before the pickled environment's configuration is compared with
+    # this one: builds from the same report (html, then doctest) share their doctrees
+    # instead of reading every source again.
     given = os.environ.get("GREENPOOL_SPEC_JUNIT")
     if given:
-        app.config.greenpool_spec_junit = given
+        config.greenpool_spec_junit = given
         return
     report = Path(app.outdir).parent / "spec-junit.xml"
     run_spec_tests(report)
-    app.config.greenpool_spec_junit = str(report)
+    config.greenpool_spec_junit = str(report)
 
 
 def setup(app: Sphinx) -> dict[str, Any]:
     app.add_config_value("greenpool_spec_junit", "", "env")
     app.add_directive("spec-conformance", SpecConformance)
-    app.connect("builder-inited", _prepare)
+    app.connect("config-inited", _prepare)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -36,6 +36,9 @@ from tests.unified_match import (
     event_name,
     match,
     match_event,
+    recorder_for,
+    sets_fail_point,
+    with_fail_point_heartbeat,
 )
 
 #: ``make_client(uri, event_listeners=[...])``: a client of the API under test.
@@ -68,9 +71,14 @@ class Runner:
     ``timeoutMS`` runs it inside ``timeout``, the client library's timeout block."""
 
     def __init__(self, make_client: ClientFactory, uri: str, deployment: Deployment, *,
-                 timeout: TimeoutBlock | None = None) -> None:
+                 timeout: TimeoutBlock | None = None,
+                 fail_point_heartbeat_ms: int | None = None) -> None:
         self.make_client = make_client
         self.timeout = timeout
+        #: A test that sets a fail point gives its clients this heartbeatFrequencyMS
+        #: unless they name their own (unified_match.with_fail_point_heartbeat).
+        self.fail_point_heartbeat_ms = fail_point_heartbeat_ms
+        self.sets_fail_point = False
         self.uri = uri
         self.deployment = deployment
         self.admin: MongoClient[dict[str, Any]] = deployment.admin
@@ -91,6 +99,7 @@ class Runner:
                 raise NotApplicable(reason)
         if "skipReason" in test:
             raise NotApplicable(f"the file says: {test['skipReason']}")
+        self.sets_fail_point = sets_fail_point(test)
         try:
             self.initial_data(spec.get("initialData") or [])
             self.create_entities(spec.get("createEntities") or [])
@@ -173,13 +182,16 @@ class Runner:
                                "ignoreCommandMonitoringEvents", "observeSensitiveCommands",
                                "awaitMinPoolSizeMS"}
         assert not unknown, f"client options {sorted(unknown)} are not supported by this runner"
-        recorder = Recorder(spec.get("observeEvents") or [],
-                            spec.get("ignoreCommandMonitoringEvents") or [],
-                            observe_sensitive=spec.get("observeSensitiveCommands", False))
+        recorder = recorder_for(spec.get("observeEvents") or [],
+                                spec.get("ignoreCommandMonitoringEvents") or [],
+                                observe_sensitive=spec.get("observeSensitiveCommands", False))
         self.recorders[spec["id"]] = recorder
         # useMultipleMongoses: no effect on a deployment without mongoses.
         assert self.deployment.topology != "sharded", "sharded deployments are not supported"
-        uri = client_uri(self.uri, spec.get("uriOptions") or {})
+        options = spec.get("uriOptions") or {}
+        if self.sets_fail_point:
+            options = with_fail_point_heartbeat(options, self.fail_point_heartbeat_ms)
+        uri = client_uri(self.uri, options)
         client = self.make_client(uri, event_listeners=[recorder])
         if "awaitMinPoolSizeMS" in spec:
             self._await_min_pool_size(uri, recorder, spec["awaitMinPoolSizeMS"] / 1000)

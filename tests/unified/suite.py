@@ -43,17 +43,21 @@ def spec_files(directory: Path) -> list[str]:
 
 
 def run_file(path: Path, make_client: ClientFactory, uri: str, deployment: Deployment,
-             not_run: Mapping[str, NotRun], request: pytest.FixtureRequest) -> None:
+             not_run: Mapping[str, NotRun], request: pytest.FixtureRequest, *,
+             fail_point_heartbeat_ms: int | None = None) -> None:
     """Run every test of one file on clients from ``make_client``; fail naming each case
     that failed, skip if no case applies. The test carries a ``cases`` property, each
-    case's ``[description, outcome, why]`` as JSON, which the conformance page shows."""
+    case's ``[description, outcome, why]`` as JSON, which the conformance page shows.
+    ``fail_point_heartbeat_ms``: the Runner's."""
     if not path.exists():
         pytest.skip(f"spec tests not found in {path.parent}")
     if path.stem in not_run:
         pytest.skip(not_run[path.stem].reason)
     spec = load_file(path)
+    runner_options = {"fail_point_heartbeat_ms": fail_point_heartbeat_ms}
     cases = [[test["description"], *_run_case(spec, test, make_client, uri, deployment,
-                                              not_run.get(f"{path.stem}[{test['description']}]"))]
+                                              not_run.get(f"{path.stem}[{test['description']}]"),
+                                              runner_options)]
              for test in spec["tests"]]
     report_cases(cases, request)
     if not any(outcome == "passed" for _, outcome, _ in cases):
@@ -72,12 +76,13 @@ def report_cases(cases: list[list[str]], request: pytest.FixtureRequest) -> None
 
 
 def _run_case(spec: Mapping[str, Any], test: Mapping[str, Any], make_client: ClientFactory,
-              uri: str, deployment: Deployment, entry: NotRun | None) -> tuple[str, str]:
+              uri: str, deployment: Deployment, entry: NotRun | None,
+              runner_options: Mapping[str, Any]) -> tuple[str, str]:
     """``(outcome, why)``: passed, not run (and why) or failed (and how)."""
     if entry is not None and entry.server_error is None:
         return "not run", entry.reason
     try:
-        Runner(make_client, uri, deployment).run(spec, test)
+        Runner(make_client, uri, deployment, **runner_options).run(spec, test)
     except NotApplicable as reason:
         return "not run", str(reason)
     except Exception as error:  # each case's failure is reported, whatever it is
