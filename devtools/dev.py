@@ -275,11 +275,22 @@ def run_jobs(jobs: list[Job]) -> list[tuple[str, int, float]]:
             rows[name] = (name, process.returncode, seconds)
             lines = (LOGS / f"{name}.log").read_text(errors="replace").splitlines()
             verdict = "passed" if process.returncode == 0 else f"FAILED ({process.returncode})"
-            print(f"  {name}: {verdict} in {seconds:.0f} s: {lines[-1] if lines else ''} "
+            print(f"  {name}: {verdict} in {seconds:.0f} s: {summary_line(lines)} "
                   f"(log: {(LOGS / f'{name}.log').relative_to(ROOT)})", flush=True)
             if process.returncode:
                 print("\n".join(lines[-80:]), flush=True)
     return [rows[job.name] for job in jobs]
+
+
+#: pytest's closing line ("3 passed, 1 failed in 2.50s").
+PYTEST_SUMMARY = re.compile(r"\b\d+ (passed|failed|errors?|deselected)\b.* in [\d.]+s\b")
+
+
+def summary_line(lines: list[str]) -> str:
+    """What a run's log says of it: pytest's closing line, else its last line
+    (an interpreter may print more at exit, such as old gevent's complaints)."""
+    return next((line for line in reversed(lines) if PYTEST_SUMMARY.search(line)),
+                lines[-1] if lines else "")
 
 
 def compile_build(args: list[str]) -> None:

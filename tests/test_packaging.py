@@ -164,3 +164,17 @@ def test_the_python_matrix_takes_the_newest_patch_from_pyenv(
     monkeypatch.setenv("PYENV_ROOT", str(tmp_path))
     monkeypatch.setenv("PATH", str(tmp_path))
     assert dev.find_python("3.99") == tmp_path / "versions" / "3.99.10" / "bin" / "python3.99"
+
+
+def test_a_matrix_run_is_summed_up_by_pytests_closing_line() -> None:
+    from devtools import dev
+
+    noise = ["Exception ignored in: <function _removeHandlerRef at 0x7f>",
+             "RuntimeError: greenlet is being finalized"]
+    assert dev.summary_line(["....", "291 passed in 132.77s (0:02:12)", *noise]) == \
+        "291 passed in 132.77s (0:02:12)"
+    closing = "= 1 failed, 3565 passed, 282 skipped, 1 xfailed in 859.66s (0:14:19) ="
+    assert dev.summary_line([closing]) == closing
+    assert dev.summary_line(["no pytest here", "ERROR: could not install"]) == \
+        "ERROR: could not install"
+    assert dev.summary_line([]) == ""
