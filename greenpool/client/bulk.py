@@ -108,9 +108,7 @@ class Builder:
         self.uses_array_filters = False
 
     def add_insert(self, document: Any) -> None:
-        check_document("document", document)
-        if not isinstance(document, RawBSONDocument) and "_id" not in document:
-            document["_id"] = ObjectId()
+        assign_id(document)
         self.ops.append((INSERT, document))
 
     def add_update(self, selector: Mapping[str, Any], update: Any, multi: bool,
@@ -177,6 +175,19 @@ def check_replacement(replacement: Any) -> None:
     if replacement and next(iter(replacement)).startswith("$"):
         raise ValueError(f"a replacement document cannot hold $ operators "
                          f"({next(iter(replacement))!r}); to update use update_one")
+
+
+def assign_id(document: Any) -> Any:
+    """Check a ``document`` to insert and give it an ``_id`` (an ObjectId) if
+    it has none; return the ``_id`` to report, as PyMongo reports it: None
+    for a raw document, which is sent as it is."""
+    check_document("document", document)
+    # A dict first: isinstance against an ABC (RawBSONDocument is a Mapping) costs more.
+    if type(document) is not dict and isinstance(document, RawBSONDocument):
+        return None
+    if "_id" not in document:
+        document["_id"] = ObjectId()
+    return document["_id"]
 
 
 def check_document(name: str, value: Any) -> None:

@@ -39,8 +39,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from bson.codec_options import CodecOptions
-from bson.objectid import ObjectId
-from bson.raw_bson import RawBSONDocument
 from pymongo.errors import (
     ConfigurationError,
     DuplicateKeyError,
@@ -251,19 +249,13 @@ class Collection:
     def insert_one(self, document: Any, bypass_document_validation: bool | None = None,
                    session: Session | None = None, comment: Any = None) -> InsertOneResult:
         """Insert one document, giving it an ``_id`` (an ObjectId) if it has none."""
-        bulk.check_document("document", document)
-        # A dict first: isinstance against an ABC (RawBSONDocument is a Mapping) costs more.
-        raw = type(document) is not dict and isinstance(document, RawBSONDocument)
-        if not raw and "_id" not in document:
-            document["_id"] = ObjectId()
+        inserted_id = bulk.assign_id(document)
         command = self._write_command("insert")
         command["ordered"] = True
         command["documents"] = [document]
         if bypass_document_validation is not None or comment is not None:
             _add_options(command, bypass_document_validation, comment)
         reply = self._send_write(command, session)
-        # As PyMongo: a raw document's _id is not reported.
-        inserted_id = None if raw else document.get("_id")
         if reply is None:
             return InsertOneResult(inserted_id, False)
         if "writeErrors" in reply:
