@@ -132,13 +132,15 @@ class LoggingRunner:
     #: A test that sets a fail point gives its clients this heartbeatFrequencyMS unless
     #: they name their own (unified_match.with_fail_point_heartbeat).
     fail_point_heartbeat_ms: int | None = None
-    sets_fail_point: bool = False
+    #: The running test's: fail_point_heartbeat_ms if it sets a fail point, else None.
+    client_heartbeat_ms: int | None = None
     clients: dict[str, ClientEntity] = field(default_factory=dict)
     _tools: list[MongoClient[dict[str, Any]]] = field(default_factory=list)
     _fail_points: list[tuple[MongoClient[dict[str, Any]], str]] = field(default_factory=list)
 
     def run(self, spec: Mapping[str, Any], test: Mapping[str, Any]) -> None:
-        self.sets_fail_point = sets_fail_point(test)
+        self.client_heartbeat_ms = (self.fail_point_heartbeat_ms if sets_fail_point(test)
+                                    else None)
         with LogCapture().installed() as capture:
             try:
                 for entity in spec.get("createEntities") or []:
@@ -167,9 +169,8 @@ class LoggingRunner:
         waiter = EventWaiter(spec.get("observeEvents") or [])
         observe = {component: LEVELS[level]
                    for component, level in (spec.get("observeLogMessages") or {}).items()}
-        options = spec.get("uriOptions") or {}
-        if self.sets_fail_point:
-            options = with_fail_point_heartbeat(options, self.fail_point_heartbeat_ms)
+        options = with_fail_point_heartbeat(spec.get("uriOptions") or {},
+                                            self.client_heartbeat_ms)
         client = greenpool.Client(self.client_uri(options), event_listeners=[waiter])
         assert not self.clients, "one greenpool client per test: connection logs are global"
         self.clients[spec["id"]] = ClientEntity(client, waiter, observe)

@@ -78,7 +78,8 @@ class Runner:
         #: A test that sets a fail point gives its clients this heartbeatFrequencyMS
         #: unless they name their own (unified_match.with_fail_point_heartbeat).
         self.fail_point_heartbeat_ms = fail_point_heartbeat_ms
-        self.sets_fail_point = False
+        #: The running test's: fail_point_heartbeat_ms if it sets a fail point, else None.
+        self.client_heartbeat_ms: int | None = None
         self.uri = uri
         self.deployment = deployment
         self.admin: MongoClient[dict[str, Any]] = deployment.admin
@@ -99,7 +100,8 @@ class Runner:
                 raise NotApplicable(reason)
         if "skipReason" in test:
             raise NotApplicable(f"the file says: {test['skipReason']}")
-        self.sets_fail_point = sets_fail_point(test)
+        self.client_heartbeat_ms = (self.fail_point_heartbeat_ms if sets_fail_point(test)
+                                    else None)
         try:
             self.initial_data(spec.get("initialData") or [])
             self.create_entities(spec.get("createEntities") or [])
@@ -188,9 +190,8 @@ class Runner:
         self.recorders[spec["id"]] = recorder
         # useMultipleMongoses: no effect on a deployment without mongoses.
         assert self.deployment.topology != "sharded", "sharded deployments are not supported"
-        options = spec.get("uriOptions") or {}
-        if self.sets_fail_point:
-            options = with_fail_point_heartbeat(options, self.fail_point_heartbeat_ms)
+        options = with_fail_point_heartbeat(spec.get("uriOptions") or {},
+                                            self.client_heartbeat_ms)
         uri = client_uri(self.uri, options)
         client = self.make_client(uri, event_listeners=[recorder])
         if "awaitMinPoolSizeMS" in spec:

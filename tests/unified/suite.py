@@ -54,10 +54,9 @@ def run_file(path: Path, make_client: ClientFactory, uri: str, deployment: Deplo
     if path.stem in not_run:
         pytest.skip(not_run[path.stem].reason)
     spec = load_file(path)
-    runner_options = {"fail_point_heartbeat_ms": fail_point_heartbeat_ms}
     cases = [[test["description"], *_run_case(spec, test, make_client, uri, deployment,
                                               not_run.get(f"{path.stem}[{test['description']}]"),
-                                              runner_options)]
+                                              fail_point_heartbeat_ms)]
              for test in spec["tests"]]
     report_cases(cases, request)
     if not any(outcome == "passed" for _, outcome, _ in cases):
@@ -77,12 +76,13 @@ def report_cases(cases: list[list[str]], request: pytest.FixtureRequest) -> None
 
 def _run_case(spec: Mapping[str, Any], test: Mapping[str, Any], make_client: ClientFactory,
               uri: str, deployment: Deployment, entry: NotRun | None,
-              runner_options: Mapping[str, Any]) -> tuple[str, str]:
+              fail_point_heartbeat_ms: int | None) -> tuple[str, str]:
     """``(outcome, why)``: passed, not run (and why) or failed (and how)."""
     if entry is not None and entry.server_error is None:
         return "not run", entry.reason
     try:
-        Runner(make_client, uri, deployment, **runner_options).run(spec, test)
+        Runner(make_client, uri, deployment,
+               fail_point_heartbeat_ms=fail_point_heartbeat_ms).run(spec, test)
     except NotApplicable as reason:
         return "not run", str(reason)
     except Exception as error:  # each case's failure is reported, whatever it is
