@@ -32,8 +32,9 @@ cluster time gossiped).
 ``--collection`` counts the collection API instead: instructions per call of
 ``insert_one``, ``find_one`` by ``_id``, ``update_one`` and a ``find`` of 100
 documents (``benchmarks/collection_calls.py``, 10 greenlets, maxPoolSize 10),
-on greenpool.Client and on stock PyMongo's MongoClient under gevent's
-patch_all, side by side.
+on greenpool.Client, on stock PyMongo's MongoClient under gevent's
+patch_all, and on the floor (the same commands built by hand on ten raw
+links: ``collection_calls.py --client floor``), side by side.
 
 What it does not count: the kernel's side of the system calls (the same
 sends and receives for every contender), cache misses and stalls. Its ratios
@@ -101,7 +102,7 @@ def contenders(against: Path | None, only: str | None = None,
 
 #: The collection API calls ``--collection`` counts (collection_calls.py's).
 CALLS = ("insert_one", "find_one", "update_one", "find100")
-CLIENTS = ("greenpool", "pymongo")
+CLIENTS = ("greenpool", "pymongo", "floor")
 
 
 def collection_contenders() -> list[Contender]:
@@ -133,7 +134,7 @@ def main() -> None:
     parser.add_argument("--replset", action="store_true",
                         help="against a one-node replica set instead of a standalone")
     parser.add_argument("--collection", action="store_true",
-                        help="the collection API's calls, greenpool.Client and stock PyMongo")
+                        help="the collection API's calls: the Client, stock PyMongo, the floor")
     parser.add_argument("--only", choices=("client", "pool"),
                         help="only the Client's contenders (with the floor), or the pool's")
     args = parser.parse_args()
@@ -177,11 +178,14 @@ def main() -> None:
 def print_collection(per_call: dict[str, float], ops: int) -> None:
     print(f"Instructions per collection API call (callgrind, user space; runs of {ops:,} and "
           f"{3 * ops:,} calls, 10 greenlets, maxPoolSize 10)\n")
-    print("| call | greenpool.Client | PyMongo (patch_all) | greenpool / PyMongo |")
-    print("|---|---|---|---|")
+    print("| call | greenpool.Client | PyMongo (patch_all) | greenpool / PyMongo | floor | "
+          "floor / PyMongo | greenpool / floor |")
+    print("|---|---|---|---|---|---|---|")
     for call in CALLS:
         ours, stock = per_call[f"greenpool {call}"], per_call[f"pymongo {call}"]
-        print(f"| {call} | {ours:,.0f} | {stock:,.0f} | {ours / stock:.2f}x |")
+        floor = per_call[f"floor {call}"]
+        print(f"| {call} | {ours:,.0f} | {stock:,.0f} | {ours / stock:.2f}x | {floor:,.0f} | "
+              f"{floor / stock:.2f}x | {ours / floor:.2f}x |")
 
 
 if __name__ == "__main__":
