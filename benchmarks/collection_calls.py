@@ -15,7 +15,7 @@ document, ``find_one`` by ``_id``, ``update_one`` by ``_id`` (``$inc``), and
 
 ``--client floor`` sends the commands those calls send, built by hand, on ten
 raw links (:mod:`greenpool.wire.link`), one greenlet each, as bench.py's floor
-(``--greenlets`` does not apply): no pool, no session, no collection API, the
+(it takes no ``--greenlets``): no pool, no session, no collection API, the
 least a call can cost.
 """
 
@@ -41,8 +41,19 @@ def main() -> None:
     parser.add_argument("--client", choices=("greenpool", "pymongo", "floor"), required=True)
     parser.add_argument("--call", choices=CALLS, required=True)
     parser.add_argument("--ops", type=int, default=2000, help="calls in total")
-    parser.add_argument("--greenlets", type=int, default=10)
+    parser.add_argument("--greenlets", type=int,
+                        help="greenlets sharing the calls (default 10; not with the floor)")
     args = parser.parse_args()
+    if args.client == "floor" and args.greenlets is not None:
+        parser.error(f"--greenlets {args.greenlets}: the floor runs one greenlet per raw "
+                     f"link, {POOL}")
+    if args.greenlets is None:
+        args.greenlets = 10
+    elif args.greenlets < 1:
+        parser.error(f"--greenlets must be at least 1, not {args.greenlets}")
+    least = POOL if args.client == "floor" else args.greenlets
+    if args.ops < least:
+        parser.error(f"--ops must be at least {least} (one call per greenlet), not {args.ops}")
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) >= 2:
         os.sched_setaffinity(0, {cpus[0]})  # the server inherits it
