@@ -12,9 +12,11 @@ so a few connections serve many concurrent requests, in arrival order.
 """
 
 import json
+import signal
 import sys
 from typing import Any
 
+import gevent
 from gevent.pywsgi import WSGIServer
 
 import greenpool
@@ -42,10 +44,15 @@ def serve(uri: str, port: int) -> None:
     with greenpool.Client(uri + "?maxPoolSize=4") as client:
         server = WSGIServer(("127.0.0.1", port), make_app(client), log=None)
         server.start()
+        # Ctrl-C stops the server from a greenlet of its own. Left to Python, it
+        # would raise KeyboardInterrupt in whatever code runs when it comes, a
+        # hub callback included, and gevent prints those as failures.
+        interrupt = gevent.signal_handler(signal.SIGINT, server.stop)
         print(f"serving on http://127.0.0.1:{server.server_port}/visits", flush=True)
         try:
             server.serve_forever()
         finally:
+            interrupt.cancel()
             server.stop()
 
 
@@ -57,5 +64,5 @@ if __name__ == "__main__":
         else:
             with EmbeddedServer() as embedded:
                 serve(embedded.uri, port)
-    except KeyboardInterrupt:  # Ctrl-C: the with blocks have closed everything
+    except KeyboardInterrupt:  # Ctrl-C before serving began: the with blocks closed everything
         pass

@@ -7,7 +7,9 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -181,6 +183,49 @@ def test_wsgi_example_leaves_no_server(signum: int) -> None:
             assert example.returncode == 0
             assert "Traceback" not in (example.stderr.read() if example.stderr else "")
     finally:
+        if example.poll() is None:
+            example.kill()
+            example.wait()
+
+
+def test_wsgi_example_quiet_on_ctrl_c_under_load() -> None:
+    """Ctrl-C while requests run (hub callbacks and request greenlets busy, where a
+    KeyboardInterrupt would land and be printed as a failure): the example still ends
+    with status 0, no traceback, and no server left behind."""
+    example = subprocess.Popen(
+        [sys.executable, str(ROOT / "examples" / "wsgi_server.py"), "", "0"], cwd=ROOT,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=interruptible)
+    stop = threading.Event()
+    served: list[int] = []
+
+    def visit(url: str) -> None:
+        while not stop.is_set():
+            try:
+                with urllib.request.urlopen(url, timeout=5) as answer:
+                    served.append(answer.status)
+            except OSError:
+                return  # the example stopped serving
+
+    try:
+        assert example.stdout is not None
+        url = example.stdout.readline().split()[-1]
+        below = descendants(example.pid)
+        visitors = [threading.Thread(target=visit, args=(url,)) for _ in range(8)]
+        for visitor in visitors:
+            visitor.start()
+        while len(served) < 50 and any(visitor.is_alive() for visitor in visitors):
+            time.sleep(0.01)  # until requests are flowing
+        assert len(served) >= 50, f"the example served {len(served)} requests, then failed"
+        example.send_signal(signal.SIGINT)
+        example.wait(30)
+        stop.set()
+        for visitor in visitors:
+            visitor.join(10)
+        assert example.returncode == 0
+        assert "Traceback" not in (example.stderr.read() if example.stderr else "")
+        assert [pid for pid in below if not wait_gone(pid)] == []
+    finally:
+        stop.set()
         if example.poll() is None:
             example.kill()
             example.wait()
