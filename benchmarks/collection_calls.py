@@ -120,7 +120,8 @@ def run(uri: str, args: argparse.Namespace) -> None:
         if args.client == "floor":
             # As bench.py's floor: ten raw links, one greenlet each.
             greenlets = POOL
-            links = [connect(parse_uri(uri).hosts[0], LinkOptions()) for _ in range(POOL)]
+            address = parse_uri(uri).hosts[0]
+            links = [connect(address, LinkOptions()) for _ in range(POOL)]
             calls = [floor_call_of(link, args.call) for link in links]
         else:
             greenlets = args.greenlets
