@@ -9,6 +9,7 @@ from pymongo import errors
 
 from greenpool import PoolClearedError, WaitQueueTimeoutError
 from greenpool.client import retries
+from greenpool.wire import replies
 
 ADDRESS = ("db.test", 27017)
 
@@ -131,11 +132,11 @@ def test_errors_that_say_no_attempt_was_made(error: errors.PyMongoError,
 
 
 def test_error_codes() -> None:
-    assert retries.error_code(failure(91)) == 91
-    assert retries.error_code(errors.NotPrimaryError("not master", {})) == 10107
-    assert retries.error_code(errors.NotPrimaryError("x", {"code": 13436})) == 13436
-    assert retries.error_code(errors.OperationFailure("no code")) is None
-    assert retries.error_code(errors.OperationFailure("odd", None, {"code": "91"})) is None
+    assert replies.error_code(failure(91)) == 91
+    assert replies.error_code(errors.NotPrimaryError("not master", {})) == 10107
+    assert replies.error_code(errors.NotPrimaryError("x", {"code": 13436})) == 13436
+    assert replies.error_code(errors.OperationFailure("no code")) is None
+    assert replies.error_code(errors.OperationFailure("odd", None, {"code": "91"})) is None
 
 
 # -- Client Backpressure: overload errors ------------------------------------------------------

@@ -27,7 +27,8 @@ from pymongo.errors import (
 import greenpool
 from greenpool import Client
 from greenpool.cli.embedded import free_port
-from greenpool.client.timeouts import Deadline, MinRoundTrip, resolve
+from greenpool.client.roundtrips import MinRoundTrip
+from greenpool.client.timeouts import Deadline, resolve
 from tests.events import AllEvents
 from tests.failpoints import failpoint
 from tests.fake_server import FakeServer, Request, block

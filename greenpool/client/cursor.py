@@ -65,10 +65,11 @@ from pymongo.errors import ConnectionFailure, InvalidOperation, OperationFailure
 from pymongo.read_preferences import _ServerMode
 
 from greenpool.client import readpref
-from greenpool.client.retries import error_code, has_write_stage
+from greenpool.client.retries import has_write_stage
 from greenpool.client.timeouts import Deadline, check_seconds
 from greenpool.pool.connection import Connection, Purpose
 from greenpool.wire.messages import Outgoing
+from greenpool.wire.replies import error_code
 
 if TYPE_CHECKING:
     from greenpool.address import Address

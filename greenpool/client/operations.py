@@ -67,6 +67,7 @@ from greenpool.client import readpref, retries
 from greenpool.client.commands import CommandPublisher
 from greenpool.client.sdam import Phase
 from greenpool.client.server import Server
+from greenpool.client.settings import DEFAULT_MAX_ADAPTIVE_RETRIES
 from greenpool.client.timeouts import Deadline, check_seconds, resolve, running
 from greenpool.client.topology import Topology
 from greenpool.pool.connection import Connection, Purpose
@@ -156,7 +157,7 @@ class Operations:
 
     def __init__(self, topology: Topology, commands: CommandPublisher, *,
                  timeout: float | None, retry_reads: bool, retry_writes: bool,
-                 max_adaptive_retries: int = retries.DEFAULT_MAX_ADAPTIVE_RETRIES) -> None:
+                 max_adaptive_retries: int = DEFAULT_MAX_ADAPTIVE_RETRIES) -> None:
         self.topology = topology
         self.load_balanced = topology.load_balanced
         #: timeoutMS (seconds; None: not set, 0: no limit).

@@ -54,15 +54,14 @@ from pymongo.errors import (
 )
 
 from greenpool.errors import PoolClearedError
+from greenpool.wire.replies import error_code
 
 __all__ = [
-    "DEFAULT_MAX_ADAPTIVE_RETRIES",
     "NO_WRITES_PERFORMED",
     "RETRYABLE_CODES",
     "RETRYABLE_WRITE_ERROR",
     "WRITE_COMMANDS",
     "backoff",
-    "error_code",
     "has_write_stage",
     "is_network_error",
     "is_overloaded",
@@ -110,8 +109,6 @@ _OVERLOADED = "SystemOverloadedError"
 _RETRYABLE = "RetryableError"
 _BASE_BACKOFF = 0.1
 _MAX_BACKOFF = 10.0
-#: maxAdaptiveRetries when the connection string gives none (MAX_RETRIES).
-DEFAULT_MAX_ADAPTIVE_RETRIES = 2
 # Reads for the overload policy: the retryable reads and a cursor's getMore.
 _OVERLOAD_READS = _READ_COMMANDS | {"getMore"}
 
@@ -221,18 +218,6 @@ def no_attempt_made(error: PyMongoError) -> bool:
     return (isinstance(error, ServerSelectionTimeoutError | WaitQueueTimeoutError
                        | PoolClearedError)
             or error.has_error_label(NO_WRITES_PERFORMED))
-
-
-def error_code(error: PyMongoError) -> int | None:
-    """The server's code of a refused command (a state change raised as
-    NotPrimaryError without one counts as NotWritablePrimary)."""
-    code = getattr(error, "code", None)
-    details = getattr(error, "details", None)
-    if code is None and isinstance(details, Mapping):
-        code = details.get("code")
-    if code is None and isinstance(error, NotPrimaryError):
-        return 10107
-    return code if isinstance(code, int) and not isinstance(code, bool) else None
 
 
 def _unacknowledged(command: Mapping[str, Any]) -> bool:

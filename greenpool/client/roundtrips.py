@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+from collections import deque
 from collections.abc import Callable
 
 import gevent
@@ -21,12 +22,31 @@ import gevent
 from greenpool.address import Address, format_address
 from greenpool.client.checker import Checker
 from greenpool.client.selection import average_round_trip_time
-from greenpool.client.timeouts import MinRoundTrip
 from greenpool.pool.waitqueue import Alarm, spawn_background
 
-__all__ = ["RoundTrips", "RttMonitor"]
+__all__ = ["MinRoundTrip", "RoundTrips", "RttMonitor"]
 
 _LOG = logging.getLogger("greenpool")
+
+
+class MinRoundTrip:
+    """The minimum of the last ten round-trip samples (SDAM's
+    minRoundTripTime); 0 until there are two, as the spec says."""
+
+    __slots__ = ("_samples",)
+
+    def __init__(self) -> None:
+        self._samples: deque[float] = deque(maxlen=10)
+
+    def add(self, seconds: float) -> None:
+        self._samples.append(seconds)
+
+    def reset(self) -> None:
+        self._samples.clear()
+
+    @property
+    def value(self) -> float:
+        return min(self._samples) if len(self._samples) >= 2 else 0.0
 
 
 class RoundTrips:

@@ -57,10 +57,9 @@ from pymongo.errors import (
 )
 from pymongo.errors import WaitQueueTimeoutError as _PyMongoWaitQueueTimeoutError
 
-from greenpool.client.retries import error_code
 from greenpool.errors import PoolClearedError
 from greenpool.wire.connector import is_overloaded
-from greenpool.wire.replies import SHUTDOWN_CODES, is_state_change_error
+from greenpool.wire.replies import SHUTDOWN_CODES, error_code, is_state_change_error
 
 __all__ = ["IGNORE", "ErrorContext", "Phase", "Verdict", "check_failed", "is_stale_description",
            "judge"]

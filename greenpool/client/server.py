@@ -16,8 +16,7 @@ from pymongo.server_description import ServerDescription
 
 from greenpool.address import Address
 from greenpool.client.monitor import Checker, Monitor
-from greenpool.client.roundtrips import RoundTrips
-from greenpool.client.timeouts import MinRoundTrip
+from greenpool.client.roundtrips import MinRoundTrip, RoundTrips
 from greenpool.pool.pool import Pool
 
 __all__ = ["Server", "ServerOwner"]

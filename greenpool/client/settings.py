@@ -27,10 +27,14 @@ from greenpool.client import readpref
 from greenpool.client.tlscontext import tls_context
 from greenpool.pool.options import PoolOptions
 
-__all__ = ["DEFAULT_CONNECT_TIMEOUT", "ClientSettings", "Credentials", "Secret"]
+__all__ = ["DEFAULT_CONNECT_TIMEOUT", "DEFAULT_MAX_ADAPTIVE_RETRIES", "ClientSettings",
+           "Credentials", "Secret"]
 
 #: connectTimeoutMS when the connection string gives none (the URI spec's 20 s).
 DEFAULT_CONNECT_TIMEOUT: Final = 20.0
+#: maxAdaptiveRetries when the connection string gives none (the Client Backpressure
+#: spec's MAX_RETRIES).
+DEFAULT_MAX_ADAPTIVE_RETRIES: Final = 2
 
 
 class Secret:

@@ -32,14 +32,13 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from collections import deque
 from collections.abc import Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
 
 from pymongo.errors import ExecutionTimeout
 
-__all__ = ["Deadline", "MinRoundTrip", "current", "resolve", "timeout"]
+__all__ = ["Deadline", "current", "resolve", "timeout"]
 
 _NO_DEADLINE = math.inf
 # The innermost enclosing scope's absolute deadline (time.monotonic()),
@@ -175,23 +174,3 @@ def running(deadline: Deadline | None) -> Iterator[None]:
         yield
     finally:
         _OPERATION.reset(token)
-
-
-class MinRoundTrip:
-    """The minimum of the last ten round-trip samples (SDAM's
-    minRoundTripTime); 0 until there are two, as the spec says."""
-
-    __slots__ = ("_samples",)
-
-    def __init__(self) -> None:
-        self._samples: deque[float] = deque(maxlen=10)
-
-    def add(self, seconds: float) -> None:
-        self._samples.append(seconds)
-
-    def reset(self) -> None:
-        self._samples.clear()
-
-    @property
-    def value(self) -> float:
-        return min(self._samples) if len(self._samples) >= 2 else 0.0

@@ -63,8 +63,13 @@ from pymongo import errors as _pymongo_errors
 
 from greenpool.address import Address, format_address, parse_address
 from greenpool.client import dns
-from greenpool.client.retries import DEFAULT_MAX_ADAPTIVE_RETRIES
-from greenpool.client.settings import DEFAULT_CONNECT_TIMEOUT, ClientSettings, Credentials, Secret
+from greenpool.client.settings import (
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_MAX_ADAPTIVE_RETRIES,
+    ClientSettings,
+    Credentials,
+    Secret,
+)
 from greenpool.errors import ConfigurationError
 from greenpool.pool.options import PoolOptions
 

@@ -5,7 +5,8 @@ raises PyMongo's own errors for a refused command (``OperationFailure`` and
 its subclasses by code, ``NotPrimaryError``, ``WriteConcernError``), so
 ``except OperationFailure`` and ``has_error_label()`` work as with PyMongo;
 :func:`check_reply_fields`, which refuses error fields of types no server
-sends; and the SDAM spec's state-change codes (:func:`is_state_change_error`).
+sends; :func:`error_code`, the server's code of a refused command, whichever
+error carries it; and the SDAM spec's state-change codes (:func:`is_state_change_error`).
 
 What must not: bytes. Replies arrive here already decoded
 (:mod:`greenpool.wire.messages`), and nothing here touches a socket or a
@@ -23,6 +24,7 @@ from pymongo.errors import (
     ExecutionTimeout,
     NotPrimaryError,
     OperationFailure,
+    PyMongoError,
     WriteConcernError,
     WTimeoutError,
 )
@@ -35,6 +37,7 @@ __all__ = [
     "SHUTDOWN_CODES",
     "check_reply",
     "check_reply_fields",
+    "error_code",
     "is_state_change_error",
 ]
 
@@ -64,6 +67,18 @@ def is_state_change_error(code: int | None, message: str) -> bool:
     if code is not None:
         return code in NOT_PRIMARY_CODES
     return "not master" in message or "node is recovering" in message
+
+
+def error_code(error: PyMongoError) -> int | None:
+    """The server's code of a refused command (a state change raised as
+    NotPrimaryError without one counts as NotWritablePrimary)."""
+    code = getattr(error, "code", None)
+    details = getattr(error, "details", None)
+    if code is None and isinstance(details, Mapping):
+        code = details.get("code")
+    if code is None and isinstance(error, NotPrimaryError):
+        return 10107
+    return code if isinstance(code, int) and not isinstance(code, bool) else None
 
 
 def check_reply(reply: _Reply, *, raise_write_concern_error: bool = True) -> _Reply:
