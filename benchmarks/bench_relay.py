@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/bench_relay.py [--ops 5000] [--rounds 3] [--threads 1,8]
 
-Starts a :class:`greenpool.cli.replset.ReplicaSet` of three members and measures, side
+Starts a :class:`greenpool.testing.replset.ReplicaSet` of three members and measures, side
 by side in each round, stock PyMongo (no gevent) running the same operations on the
 shared SecantusDB directly and through the primary member (``directConnection=true``
 both, each going first in every other round): ``ping``, ``find`` of one document by
@@ -27,7 +27,7 @@ from pathlib import Path
 
 from pymongo import MongoClient
 
-from greenpool.cli.replset import ReplicaSet
+from greenpool.testing.replset import ReplicaSet
 
 Workload = Callable[[MongoClient], None]
 

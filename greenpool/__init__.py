@@ -13,15 +13,15 @@ The modules behind them are arranged in layers (docs/architecture.rst) and may m
 
 from greenpool import _moved
 from greenpool._version import __version__
-from greenpool.client.client import Client
-from greenpool.client.collection import Collection, ReturnDocument
-from greenpool.client.cursor import Cursor
-from greenpool.client.database import Database
-from greenpool.client.findcursor import CommandCursor, FindCursor
-from greenpool.client.session import Session, TransactionState
-from greenpool.client.settings import ClientSettings, Credentials, Secret
-from greenpool.client.timeouts import timeout
-from greenpool.client.uri import InvalidURIError, parse_uri, redact_uri, uri_secrets
+from greenpool.client.api.client import Client
+from greenpool.client.api.collection import Collection, ReturnDocument
+from greenpool.client.api.cursor import Cursor
+from greenpool.client.api.database import Database
+from greenpool.client.api.findcursor import CommandCursor, FindCursor
+from greenpool.client.config.settings import ClientSettings, Credentials, Secret
+from greenpool.client.config.uri import InvalidURIError, parse_uri, redact_uri, uri_secrets
+from greenpool.client.operations.session import Session, TransactionState
+from greenpool.client.operations.timeouts import timeout
 from greenpool.errors import (
     AuthenticationError,
     ConfigurationError,

@@ -33,8 +33,8 @@ _T = TypeVar("_T")
 #: which compiled methods do not have (the acquire site and the holder's current site,
 #: "inside Pool.checkout", would name the wrong frames).
 MODULES = (
-    "greenpool.client.operations",
-    "greenpool.client.topology",
+    "greenpool.client.operations.operations",
+    "greenpool.client.topology.topology",
     "greenpool.wire.link",
     "greenpool.wire.messages",
 )

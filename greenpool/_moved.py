@@ -1,12 +1,13 @@
 """Import paths greenpool's documentation once showed, kept working with a warning.
 
 What lives here: :data:`MOVED_MODULES`, modules that earlier documentation imported from
-and the package does not have, each name with its public path; the finder that makes each
-of them an alias module (``greenpool/__init__.py`` installs it); and :func:`moved_names`,
-for a name whose module is still greenpool's own but whose public path is elsewhere
-(``greenpool.cli.embedded.EmbeddedServer``, the command line's, public as
-``greenpool.testing.EmbeddedServer``). Reading an old path works and raises a
-:class:`DeprecationWarning` that names the public one.
+and the package does not have, each name with its public path; :data:`RENAMED_MODULES`,
+modules that moved inside the package (``greenpool.client.uri``, now
+``greenpool.client.config.uri``), each with the module that has its names now; the finder
+that makes each of them an alias module (``greenpool/__init__.py`` installs it); and
+:func:`package_getattr`, for a package that took an old module's name
+(``greenpool.client.topology``). Reading an old path works and raises a
+:class:`DeprecationWarning` that names the public path, or else the new one.
 
 What must not live here: anything else. An entry stays until a release notes its removal.
 Imports: none of greenpool's (a public path is imported when first read).
@@ -20,10 +21,10 @@ import importlib.machinery
 import sys
 import types
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["MOVED_MODULES", "install", "moved_names"]
+__all__ = ["MOVED_MODULES", "RENAMED_MODULES", "install", "package_getattr"]
 
 _TESTING_SERVER = "greenpool.testing.EmbeddedServer"
 
@@ -42,22 +43,71 @@ MOVED_MODULES: Mapping[str, Mapping[str, str]] = {
                       "uri_secrets": "greenpool.uri_secrets"},
 }
 
+#: Old module -> the module that has its names now: every name of the new module's
+#: ``__all__`` reads from the old path too.
+RENAMED_MODULES: Mapping[str, str] = {
+    **{f"greenpool.client.{name}": f"greenpool.client.{room}.{name}"
+       for room, names in (
+           ("config", ("codecs", "dns", "inert", "readpref", "settings", "tlscontext", "uri")),
+           ("topology", ("checker", "discovery", "monitor", "roundtrips", "sdam", "selection",
+                         "server", "srvpoll", "topologylog")),
+           ("operations", ("bulk", "commands", "concern", "retries", "session",
+                           "sessionopts", "timeouts")),
+           ("api", ("client", "collection", "cursor", "database", "findcursor")))
+       for name in names},
+    "greenpool.cli.embedded": "greenpool.testing.embedded",
+    "greenpool.cli.replset": "greenpool.testing.replset",
+}
+
+#: Public homes, searched in order for the object an old path names.
+_PUBLIC = ("greenpool", "greenpool.testing")
+
 
 def _resolve(path: str) -> Any:
     module, _, name = path.rpartition(".")
     return getattr(importlib.import_module(module), name)
 
 
-def _warn(old: str, new: str) -> None:
+def _warn(old: str, new: str, stacklevel: int = 3) -> None:
     # stacklevel 3: past this function and the attribute hook, at the line that read it.
     warnings.warn(f"{old} is deprecated; import {new} instead", DeprecationWarning,
-                  stacklevel=3)
+                  stacklevel=stacklevel)
+
+
+def _renamed(old: str, source: str, name: str, *, warn: bool = True) -> Any:
+    """``name`` of module ``source``, read as ``old.name``: warns naming its public path
+    (else its new one). Only the names of the new module's ``__all__``."""
+    module = importlib.import_module(source)
+    if name not in getattr(module, "__all__", ()):
+        raise AttributeError(f"module {old!r} has no attribute {name!r} (it moved to "
+                             f"{source}; greenpool's public names are in greenpool, "
+                             "greenpool.pymongo and greenpool.testing)")
+    value = getattr(module, name)
+    public = next((f"{home}.{name}" for home in _PUBLIC
+                   if getattr(importlib.import_module(home), name, None) is value), None)
+    if warn:  # past this function and the attribute hook that called it
+        _warn(f"{old}.{name}", public or f"{source}.{name}", stacklevel=4)
+    return value
+
+
+def package_getattr(package: str, source: str) -> Callable[[str], Any]:
+    """A ``__getattr__`` for ``package``, which took the name of an old module whose names
+    now live in ``source``: each reads from the package with the warning."""
+    def __getattr__(name: str) -> Any:
+        # ``from package import name`` asks the import system's _handle_fromlist first,
+        # then reads the name: one warning, at the read.
+        asked = sys._getframe(1).f_code.co_name == "_handle_fromlist"
+        return _renamed(package, source, name, warn=not asked)
+    return __getattr__
 
 
 class _AliasModule(types.ModuleType):
     """An old module: each listed name resolves to its public path, with the warning."""
 
     def __getattr__(self, name: str) -> Any:
+        source = RENAMED_MODULES.get(self.__name__)
+        if source is not None:
+            return _renamed(self.__name__, source, name)
         new = MOVED_MODULES[self.__name__].get(name)
         if new is None:
             raise AttributeError(f"module {self.__name__!r} has no attribute {name!r}; "
@@ -67,6 +117,9 @@ class _AliasModule(types.ModuleType):
         return _resolve(new)
 
     def __dir__(self) -> list[str]:
+        source = RENAMED_MODULES.get(self.__name__)
+        if source is not None:
+            return sorted(importlib.import_module(source).__all__)
         return sorted(MOVED_MODULES[self.__name__])
 
 
@@ -83,11 +136,11 @@ class _AliasFinder(importlib.abc.MetaPathFinder):
 
     def find_spec(self, fullname: str, path: Sequence[str] | None,
                   target: types.ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
-        if fullname not in MOVED_MODULES:
+        if fullname not in MOVED_MODULES and fullname not in RENAMED_MODULES:
             return None
         # A module without names is a package, so that its old submodules import.
         return importlib.machinery.ModuleSpec(
-            fullname, _AliasLoader(), is_package=not MOVED_MODULES[fullname])
+            fullname, _AliasLoader(), is_package=not MOVED_MODULES.get(fullname, True))
 
 
 _FINDER = _AliasFinder()
@@ -97,26 +150,3 @@ def install() -> None:
     """Make the old modules importable (once per process)."""
     if _FINDER not in sys.meta_path:
         sys.meta_path.append(_FINDER)
-
-
-def _from_greenpool(frame: types.FrameType | None) -> bool:
-    name = "" if frame is None else frame.f_globals.get("__name__", "")
-    return name == "greenpool" or name.startswith("greenpool.")
-
-
-def moved_names(module_name: str, **moved: str) -> None:
-    """Make reading each name of ``moved`` (name=public path) from module ``module_name``
-    warn, when the reader is not greenpool itself: greenpool's own modules keep using
-    their internal paths, and the module's own code reads its globals directly."""
-    module = sys.modules[module_name]
-
-    def hook(name: str, new: str) -> property:
-        def read(self: types.ModuleType) -> Any:
-            if not _from_greenpool(sys._getframe(1)):
-                _warn(f"{module_name}.{name}", new)
-            return self.__dict__[name]
-        return property(read)
-
-    kind = type(f"_Moved_{module_name.replace('.', '_')}", (types.ModuleType,),
-                {name: hook(name, new) for name, new in moved.items()})
-    module.__class__ = kind

@@ -66,7 +66,7 @@ from pymongo.errors import AutoReconnect
 
 import greenpool
 import greenpool.pymongo
-from greenpool.client import dns as greenpool_dns
+from greenpool.client.config import dns as greenpool_dns
 from greenpool.errors import ConfigurationError
 from tests.hub_blocks import HubBlockDetector, Step
 

@@ -26,8 +26,8 @@ from pymongo import MongoClient
 from pymongo.errors import OperationFailure, PyMongoError
 
 import greenpool
-from greenpool.client.cursor import Cursor
-from greenpool.client.session import Session
+from greenpool.client.api.cursor import Cursor
+from greenpool.client.operations.session import Session
 from tests import unified_match
 from tests.cmap_runner import SPEC_DIR
 from tests.unified_match import (

@@ -16,8 +16,8 @@ import gevent
 from pymongo.errors import PyMongoError
 
 import greenpool
-from greenpool.client.cursor import Cursor
-from greenpool.client.session import Session
+from greenpool.client.api.cursor import Cursor
+from greenpool.client.operations.session import Session
 from tests import unified_match
 from tests.cmap_runner import SPEC_DIR
 from tests.lb_proxy import LBCluster

@@ -19,7 +19,7 @@ from pymongo.server_type import SERVER_TYPE
 from pymongo.topology_description import TOPOLOGY_TYPE, TopologyDescription
 
 from greenpool.address import Address, parse_address
-from greenpool.client import discovery
+from greenpool.client.topology import discovery
 from tests.cmap_runner import SPEC_DIR
 
 SDAM_DIR = SPEC_DIR / "server-discovery-and-monitoring" / "tests"

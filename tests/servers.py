@@ -61,8 +61,8 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from pymongo import MongoClient
 from pymongo.errors import PyMongoError
 
-from greenpool.cli.embedded import free_port, secantusd_executable
-from greenpool.cli.replset import ReplicaSet
+from greenpool.testing.embedded import free_port, secantusd_executable
+from greenpool.testing.replset import ReplicaSet
 
 HOST = "127.0.0.1"
 TEST_URI_VARIABLE = "GREENPOOL_TEST_URI"

@@ -23,7 +23,7 @@ from pymongo.server_description import ServerDescription
 from pymongo.topology_description import TOPOLOGY_TYPE, TopologyDescription
 
 from greenpool.address import Address, parse_address
-from greenpool.client import readpref
+from greenpool.client.config import readpref
 from greenpool.wire.handshake import MAX_WIRE_VERSION
 from tests.cmap_runner import SPEC_DIR
 

@@ -1,5 +1,5 @@
 """greenpool.Client against a three-member replica set on one machine (the emulator,
-greenpool.cli.replset): discovery from one seed, reads by read preference, and failover
+greenpool.testing.replset): discovery from one seed, reads by read preference, and failover
 (a stepdown, a stopped primary, a stopped secondary). What the Client sent, and where,
 comes from its command events; waits are on events and states, never on durations.
 
@@ -17,7 +17,7 @@ import pytest
 from pymongo import monitoring as _m
 
 import greenpool
-from greenpool.cli.replset import ReplicaSet
+from greenpool.testing.replset import ReplicaSet
 from tests.events import AllEvents
 from tests.servers import restore_set
 

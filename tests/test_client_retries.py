@@ -20,7 +20,7 @@ from pymongo import monitoring as _m
 from pymongo.errors import AutoReconnect, InvalidOperation, NotPrimaryError
 
 from greenpool import Client
-from greenpool.client import monitor
+from greenpool.client.topology import monitor
 from tests.events import AllEvents
 from tests.failpoints import failpoint
 from tests.fake_server import HANG_UP, FakeServer, Request

@@ -19,7 +19,7 @@ from pymongo.errors import OperationFailure
 import greenpool
 import greenpool.pymongo
 from greenpool import Client, PoolOptions
-from greenpool.client.uri import parse_uri
+from greenpool.client.config.uri import parse_uri
 from greenpool.pool.options import CMAP_OPTIONS, SPEC_NAMES
 from tests.cmap_runner import SPEC_DIR
 from tests.events import AllEvents

@@ -15,8 +15,8 @@ import pytest
 
 from greenpool import Pool, PoolOptions
 from greenpool.address import Address
-from greenpool.client.topology import Topology
-from greenpool.client.uri import parse_uri
+from greenpool.client.config.uri import parse_uri
+from greenpool.client.topology.topology import Topology
 from greenpool.wire.connector import make_connector
 from greenpool.wire.link import LinkOptions
 from tests.cmap_runner import CMAP_DIR, CmapTestRunner, load_cmap_tests

@@ -17,7 +17,7 @@ from pymongo.read_concern import ReadConcern
 from pymongo.write_concern import WriteConcern
 
 import greenpool
-from greenpool.client import monitor
+from greenpool.client.topology import monitor
 from tests.events import AllEvents
 from tests.failpoints import failpoint
 from tests.servers import with_options

@@ -1,4 +1,4 @@
-"""greenpool.client.dns: SRV and TXT lookups, in gevent's threadpool, bounded.
+"""greenpool.client.config.dns: SRV and TXT lookups, in gevent's threadpool, bounded.
 
 Most tests answer through the DNS stub (tests/uri_dns.py, which replaces
 ``dns.resolver.resolve``: the lookups still call it, in a worker thread); the
@@ -21,7 +21,7 @@ import gevent
 import pytest
 from gevent.monkey import get_original
 
-from greenpool.client.dns import srv_records, txt_records
+from greenpool.client.config.dns import srv_records, txt_records
 from greenpool.errors import ConfigurationError
 from tests.slow_dns import SlowDNSServer, make_zone
 from tests.uri_dns import StubResolver, install_stub

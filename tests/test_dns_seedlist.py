@@ -34,7 +34,7 @@ import pytest
 import greenpool
 from greenpool import ConfigurationError
 from greenpool.address import format_address, parse_address
-from greenpool.client.uri import ClientSettings, parse_uri
+from greenpool.client.config.uri import ClientSettings, parse_uri
 from tests.fake_server import FakeServer
 from tests.servers import TLSFiles, make_tls_files
 from tests.slow_dns import SlowDNSServer

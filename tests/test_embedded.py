@@ -1,4 +1,4 @@
-"""The embedded server (greenpool.cli.embedded) and ``python -m greenpool server``: quick stops,
+"""The embedded server (greenpool.testing.embedded) and ``python -m greenpool server``: quick stops,
 no server outliving the process that started it, nothing left on disk."""
 
 from __future__ import annotations
@@ -169,7 +169,9 @@ def test_wsgi_example_leaves_no_server(signum: int) -> None:
     """The example that serves until stopped, with its own embedded server: a SIGTERM leaves
     no server behind, a Ctrl-C (SIGINT) ends it quietly too."""
     example = subprocess.Popen(
-        [sys.executable, str(ROOT / "examples" / "wsgi_server.py"), "", "0"], cwd=ROOT,
+        [sys.executable, "-W", "error::DeprecationWarning",
+         str(ROOT / "examples" / "wsgi_server.py"),
+         "", "0"], cwd=ROOT,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=interruptible)
     try:
         assert example.stdout is not None
@@ -193,7 +195,9 @@ def test_wsgi_example_quiet_on_ctrl_c_under_load() -> None:
     KeyboardInterrupt would land and be printed as a failure): the example still ends
     with status 0, no traceback, and no server left behind."""
     example = subprocess.Popen(
-        [sys.executable, str(ROOT / "examples" / "wsgi_server.py"), "", "0"], cwd=ROOT,
+        [sys.executable, "-W", "error::DeprecationWarning",
+         str(ROOT / "examples" / "wsgi_server.py"),
+         "", "0"], cwd=ROOT,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=interruptible)
     stop = threading.Event()
     served: list[int] = []

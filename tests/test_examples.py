@@ -16,8 +16,10 @@ pytestmark = pytest.mark.timeout(120)
 
 
 def run(*args: str, env: dict[str, str] | None = None) -> str:
-    result = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True,
-                            timeout=100, env=env)
+    """Run ``python ARGS``, where any DeprecationWarning is an error: neither the demo nor an
+    example may trip greenpool's own (or anyone's)."""
+    result = subprocess.run([sys.executable, "-W", "error::DeprecationWarning", *args],
+                            cwd=ROOT, capture_output=True, text=True, timeout=100, env=env)
     assert result.returncode == 0, result.stdout + result.stderr
     return result.stdout
 

@@ -23,7 +23,7 @@ from pymongo import monitoring as _m
 from pymongo.errors import AutoReconnect, NotPrimaryError, ServerSelectionTimeoutError
 
 from greenpool import Client
-from greenpool.client.monitor import MIN_HEARTBEAT_FREQUENCY
+from greenpool.client.topology.monitor import MIN_HEARTBEAT_FREQUENCY
 from tests.events import AllEvents
 from tests.fake_server import FakeServer, Request
 from tests.lb_proxy import LBCluster, LBProxy

@@ -40,10 +40,10 @@ from greenpool import Client, Pool
 from greenpool._compiled import compiled
 from greenpool.cli.check import EXIT_CODES
 from greenpool.cli.check import main as check_main
-from greenpool.client import checker as checker_module
-from greenpool.client import monitor as monitor_module
-from greenpool.client import topology as topology_module
-from greenpool.client.uri import parse_uri, redact_uri, uri_secrets
+from greenpool.client.config.uri import parse_uri, redact_uri, uri_secrets
+from greenpool.client.topology import checker as checker_module
+from greenpool.client.topology import monitor as monitor_module
+from greenpool.client.topology import topology as topology_module
 from greenpool.errors import AuthenticationError, ConfigurationError, NotMongoDBError
 from greenpool.wire import auth as auth_module
 from greenpool.wire.auth import MAX_ITERATIONS, Credentials
@@ -298,8 +298,9 @@ _CHECK_STEPS = [
 ]
 
 
-@pytest.mark.skipif("greenpool.client.topology" in compiled(), reason=(
-    "patches greenpool.client.topology's globals, which its compiled code bound at import"))
+@pytest.mark.skipif("greenpool.client.topology.topology" in compiled(), reason=(
+    "patches greenpool.client.topology.topology's globals, which its compiled code bound at "
+    "import"))
 @pytest.mark.parametrize(("owner", "name", "reported"), _CHECK_STEPS,
                          ids=[name for _, name, _ in _CHECK_STEPS])
 def test_an_exception_at_any_step_of_a_check_never_kills_the_monitor(
@@ -344,7 +345,7 @@ _STREAM_STEPS = [
 ]
 
 
-@pytest.mark.skipif({"greenpool.client.topology", "greenpool.wire.link"} & set(compiled()),
+@pytest.mark.skipif({"greenpool.client.topology.topology", "greenpool.wire.link"} & set(compiled()),
                     reason="patches classes and globals its compiled code bound at import")
 @pytest.mark.parametrize(("owner", "name"), _STREAM_STEPS,
                          ids=[name for _, name in _STREAM_STEPS])
@@ -374,8 +375,9 @@ def test_an_exception_at_any_step_of_a_streamed_check_never_kills_the_monitor(
             assert monitor._greenlet is not None and not monitor._greenlet.dead
 
 
-@pytest.mark.skipif("greenpool.client.topology" in compiled(), reason=(
-    "patches greenpool.client.topology's globals, which its compiled code bound at import"))
+@pytest.mark.skipif("greenpool.client.topology.topology" in compiled(), reason=(
+    "patches greenpool.client.topology.topology's globals, which its compiled code bound at "
+    "import"))
 @pytest.mark.parametrize("name", ["check_failed", "cancel_check"])
 def test_a_failure_while_reporting_a_failed_check_never_kills_the_monitor(
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, name: str) -> None:

@@ -1,13 +1,17 @@
 """The package's layering, enforced: who may import whom, and no import cycles.
 
-greenpool is built in layers (docs/architecture.rst):
+greenpool is built in layers (docs/architecture.rst), each a folder; the client layer is
+four rooms, each a folder of its own. The rules are :data:`ALLOWED`, and the module map
+of docs/development.rst states them as a table, which must say the same:
 
 - base: ``greenpool.errors``, ``greenpool.address``, ``greenpool._version``,
   ``greenpool._compiled`` and ``greenpool._moved``;
 - ``greenpool.pool``: the pool core, with no socket code;
 - ``greenpool.wire``: the wire protocol, the handshake, authentication and sockets;
-- ``greenpool.client``: ``greenpool.Client``, its topology, operations, sessions and cursors;
-- ``greenpool.cli``: ``python -m greenpool check|server``, the demo, the embedded server;
+- ``greenpool.client``: ``greenpool.Client``, in four rooms whose imports point one way,
+  api -> operations -> topology -> config;
+- ``greenpool.testing``: the test servers (the embedded server, the replica set emulator);
+- ``greenpool.cli``: ``python -m greenpool check|server`` and the demo;
 - beside the client, the PyMongo adapter ``greenpool.pymongo`` and the OpenTelemetry
   instrumentation ``greenpool.otel``, which both build on the pool core only.
 
@@ -25,22 +29,28 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "greenpool"
 
-#: What each layer may import, besides itself. The top-level package and
-#: ``greenpool.testing`` (the public names) and ``__main__`` are the facade and may import
-#: anything.
+#: The client's rooms, top to bottom: each may import the ones after it.
+ROOMS = ("api", "operations", "topology", "config")
+_LOW = {"base", "pool", "wire"}
+
+#: What each layer (and each room of the client) may import, besides itself. The top-level
+#: package and ``__main__`` are the facade and may import anything; the client package's
+#: own ``__init__`` (its docstring and the hook for its old names) only the base.
 ALLOWED: dict[str, set[str]] = {
     "base": set(),
     "pool": {"base"},
     "wire": {"base", "pool"},
-    "client": {"base", "pool", "wire"},
-    "cli": {"base", "pool", "wire", "client"},
+    "client": {"base"},
+    **{room: _LOW | set(ROOMS[number + 1:]) for number, room in enumerate(ROOMS)},
+    "testing": _LOW | {"client", *ROOMS},
+    "cli": _LOW | {"client", *ROOMS, "testing"},
     "pymongo": {"base", "pool"},
     "otel": {"base", "pool"},
-    "facade": {"base", "pool", "wire", "client", "cli", "pymongo", "otel"},
+    "facade": _LOW | {"client", *ROOMS, "testing", "cli", "pymongo", "otel"},
 }
 BASE = {"greenpool.errors", "greenpool.address", "greenpool._version", "greenpool._compiled",
         "greenpool._moved"}
-FACADE = {"greenpool", "greenpool.__main__", "greenpool.testing"}
+FACADE = {"greenpool", "greenpool.__main__"}
 
 
 def module_name(path: Path) -> str:
@@ -49,11 +59,13 @@ def module_name(path: Path) -> str:
 
 
 def layer_of(module: str) -> str:
+    """The layer of ``module``: a room's name for the client's rooms."""
     if module in BASE:
         return "base"
     if module in FACADE:
         return "facade"
-    return module.split(".")[1]
+    parts = module.split(".")
+    return parts[2] if parts[1] == "client" and len(parts) > 2 else parts[1]
 
 
 def modules() -> dict[str, Path]:
@@ -92,15 +104,64 @@ def test_every_module_belongs_to_a_known_layer() -> None:
     assert not unknown, f"modules outside every layer: {sorted(unknown)}"
 
 
-def test_each_layer_imports_only_the_layers_below_it() -> None:
-    breaches = sorted(
+def breaches(edges: dict[str, set[str]]) -> list[str]:
+    """Each import of ``edges`` that its layer's rule does not allow."""
+    return sorted(
         f"{module} ({layer_of(module)}) imports {target} ({layer_of(target)})"
-        for module, targets in graph().items()
+        for module, targets in edges.items()
         for target in targets
         if layer_of(target) != layer_of(module)
         and layer_of(target) not in ALLOWED[layer_of(module)]
     )
-    assert not breaches, "\n".join(breaches)
+
+
+def test_each_layer_imports_only_the_layers_below_it() -> None:
+    found = breaches(graph())
+    assert not found, "\n".join(found)
+
+
+def test_an_import_that_points_back_is_a_breach() -> None:
+    edges = {"greenpool.client.topology.sdam": {"greenpool.client.operations.retries",
+                                                "greenpool.client.config.uri"},
+             "greenpool.client.config.uri": {"greenpool.wire.link"},
+             "greenpool.testing.replset": {"greenpool.cli.server"}}
+    assert breaches(edges) == [
+        "greenpool.client.topology.sdam (topology) imports "
+        "greenpool.client.operations.retries (operations)",
+        "greenpool.testing.replset (testing) imports greenpool.cli.server (cli)"]
+
+
+DEVELOPMENT = PACKAGE.parent / "docs" / "development.rst"
+CELL = re.compile(r"^   (?:\*| ) - (.*)$")
+NAME = re.compile(r"``([a-z]+)``")
+
+
+def module_map_table(page: str) -> dict[str, set[str]]:
+    """The module map's table of docs/development.rst: each row's layer and the layers it
+    may import (a cell's lines joined; "every layer" is every other one)."""
+    body = page.split(".. list-table:: The module map", 1)[1].split("\n\n", 1)[1]
+    rows: list[list[str]] = []
+    for line in body.splitlines():
+        if not line.startswith("   "):
+            break
+        cell = CELL.match(line)
+        if line.startswith("   * - "):
+            rows.append([])
+        if cell:
+            rows[-1].append(cell[1])
+        elif rows:
+            rows[-1][-1] += " " + line.strip()
+    table: dict[str, set[str]] = {}
+    for _folder, layer, _owns, may_import in rows[1:]:
+        (name,) = NAME.findall(layer)
+        table[name] = set(NAME.findall(may_import))
+        if may_import == "every layer":
+            table[name] = set(ALLOWED) - {name}
+    return table
+
+
+def test_the_development_page_states_the_same_rules() -> None:
+    assert module_map_table(DEVELOPMENT.read_text()) == ALLOWED
 
 
 def test_the_pool_core_has_no_socket_code() -> None:
@@ -172,11 +233,21 @@ def test_the_cycle_finder_finds_cycles(edges: dict[str, set[str]],
 
 def test_the_import_finder_sees_lazy_and_relative_imports(tmp_path: Path) -> None:
     source = tmp_path / "mod.py"
-    source.write_text("def f():\n    from greenpool.client import cursor\n"
+    source.write_text("def f():\n    from greenpool.client.api import cursor\n"
                       "from . import errors\nimport greenpool.wire.link\n")
-    known = {"greenpool.client.cursor", "greenpool.errors", "greenpool.wire.link",
-             "greenpool.client"}
-    assert imports_of("greenpool.mod", source, known) == known - {"greenpool.client"}
+    known = {"greenpool.client.api.cursor", "greenpool.errors", "greenpool.wire.link",
+             "greenpool.client.api"}
+    assert imports_of("greenpool.mod", source, known) == known - {"greenpool.client.api"}
+
+
+def test_each_room_of_the_client_is_a_layer_of_its_own() -> None:
+    assert layer_of("greenpool.client.api.client") == "api"
+    assert layer_of("greenpool.client.config") == "config"
+    assert layer_of("greenpool.client") == "client"
+    assert layer_of("greenpool.testing.replset") == "testing"
+    # A room may import the rooms below it, never those above.
+    assert "config" in ALLOWED["topology"] and "topology" not in ALLOWED["config"]
+    assert ALLOWED["operations"] - _LOW == {"topology", "config"}
 
 
 ARCHITECTURE = PACKAGE.parent / "docs" / "architecture.rst"

@@ -24,10 +24,10 @@ from pymongo.server_description import ServerDescription
 from pymongo.server_type import SERVER_TYPE
 
 from greenpool import Client
-from greenpool.client.checker import LinkChecker
-from greenpool.client.monitor import Monitor, streaming_enabled
-from greenpool.client.roundtrips import RoundTrips
-from greenpool.client.server import Server
+from greenpool.client.topology.checker import LinkChecker
+from greenpool.client.topology.monitor import Monitor, streaming_enabled
+from greenpool.client.topology.roundtrips import RoundTrips
+from greenpool.client.topology.server import Server
 from greenpool.wire.handshake import faas_platforms
 from greenpool.wire.link import LinkOptions
 from tests.events import AllEvents

@@ -1,7 +1,7 @@
 """The Server Monitoring spec's tests, each file by name: SDAM's
 ``unified/serverMonitoringMode.json`` against a real server (SecantusDB, or
 ``$GREENPOOL_TEST_URI``), and the round-trip average of Server Selection's ``rtt/``
-files, which the monitor keeps (:class:`greenpool.client.roundtrips.RoundTrips`).
+files, which the monitor keeps (:class:`greenpool.client.topology.roundtrips.RoundTrips`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pytest
 from pymongo import monitoring as _m
 
 from greenpool import Client
-from greenpool.client.roundtrips import RoundTrips
+from greenpool.client.topology.roundtrips import RoundTrips
 from greenpool.wire.handshake import MIN_WIRE_VERSION
 from tests.cmap_runner import SPEC_DIR
 from tests.servers import with_options

@@ -17,8 +17,8 @@ import gevent
 import pytest
 from gevent.monkey import get_original
 
-from greenpool.client import tlscontext
-from greenpool.client.tlscontext import tls_context
+from greenpool.client.config import tlscontext
+from greenpool.client.config.tlscontext import tls_context
 from greenpool.errors import ConfigurationError
 from greenpool.wire.offload import offload
 from tests.uri_tls import CLIENT_KEY_PASSWORD, Pki, make_pki

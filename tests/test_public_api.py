@@ -47,11 +47,41 @@ def resolve(path: str) -> tuple[str, Any]:
     raise ImportError(path)
 
 
+def public_path(value: Any, name: str) -> str | None:
+    return next((f"{home}.{name}" for home in ("greenpool", "greenpool.testing")
+                 if getattr(importlib.import_module(home), name, None) is value), None)
+
+
+#: Packages that took an old module's name, with the module that has its names now.
+RENAMED_PACKAGES = {"greenpool.client": "greenpool",
+                    "greenpool.client.topology": "greenpool.client.topology.topology",
+                    "greenpool.client.operations": "greenpool.client.operations.operations"}
+
+
 def moved() -> list[tuple[str, str, str]]:
-    """(old module, name, public path) for every old path greenpool keeps."""
+    """(old module, name, the path its warning names) for every old path greenpool keeps:
+    the public path, else the new one."""
+    renamed = [(old, name, public_path(getattr(module, name), name) or f"{new}.{name}")
+               for old, new in {**_moved.RENAMED_MODULES, **RENAMED_PACKAGES}.items()
+               for module in [importlib.import_module(new)]
+               for name in module.__all__]
     return [*((module, name, new) for module, names in _moved.MOVED_MODULES.items()
-              for name, new in names.items()),
-            ("greenpool.cli.embedded", "EmbeddedServer", "greenpool.testing.EmbeddedServer")]
+              for name, new in names.items()), *renamed]
+
+
+def test_every_module_that_moved_keeps_its_old_path() -> None:
+    """Each module the client's rooms and greenpool.testing took from greenpool.client and
+    greenpool.cli (the files of the tree before they moved) keeps its old path."""
+    names = ("bulk checker client codecs collection commands concern cursor database "
+             "discovery dns findcursor inert monitor operations readpref retries roundtrips "
+             "sdam selection server session sessionopts settings srvpoll timeouts "
+             "tlscontext topology topologylog uri")
+    before = {f"greenpool.client.{name}" for name in names.split()} | {
+        "greenpool.cli.embedded", "greenpool.cli.replset"}
+    kept = set(_moved.RENAMED_MODULES) | set(RENAMED_PACKAGES)
+    assert before - kept == set()
+    for package in RENAMED_PACKAGES:
+        assert importlib.import_module(package).__getattr__.__module__ == "greenpool._moved"
 
 
 @pytest.mark.parametrize("module", PUBLIC)
@@ -129,7 +159,8 @@ def test_the_old_package_holds_its_old_modules() -> None:
 
 def test_greenpool_itself_never_reads_an_old_path() -> None:
     code = ("import greenpool, greenpool.testing, greenpool.pymongo, greenpool.cli.demo, "
-            "greenpool.__main__; from greenpool.cli import embedded, server; server.main")
+            "greenpool.__main__, greenpool.cli.check; from greenpool.cli import server; "
+            "from greenpool.testing import embedded, replset; server.main")
     result = subprocess.run([sys.executable, "-W", "error::DeprecationWarning", "-c", code],
                             cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
@@ -140,4 +171,5 @@ def test_the_testing_module_is_the_servers_public_home() -> None:
 
     assert greenpool.testing.__all__ == ["EmbeddedServer", "MemberConfig", "MemberStatus",
                                          "ReplicaSet"]
-    assert "EmbeddedServer" not in importlib.import_module("greenpool.cli.embedded").__all__
+    assert greenpool.testing.EmbeddedServer.__module__ == "greenpool.testing.embedded"
+    assert greenpool.testing.ReplicaSet.__module__ == "greenpool.testing.replset"

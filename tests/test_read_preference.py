@@ -19,10 +19,10 @@ from pymongo import monitoring as _m
 from pymongo.errors import InvalidOperation
 from pymongo.read_preferences import Nearest, SecondaryPreferred
 
-import greenpool.client.readpref
+import greenpool.client.config.readpref
 from greenpool import Client, ConfigurationError
-from greenpool.client.readpref import SERVER_TYPE, coerce, command_field, make
-from greenpool.client.uri import parse_uri
+from greenpool.client.config.readpref import SERVER_TYPE, coerce, command_field, make
+from greenpool.client.config.uri import parse_uri
 from tests.events import AllEvents
 from tests.lb_proxy import LBCluster
 from tests.servers import with_options
@@ -256,7 +256,7 @@ def test_a_replica_set_member_gets_primary_preferred(replset_uri: str, collectio
 
 
 def test_the_module_examples() -> None:
-    result = doctest.testmod(greenpool.client.readpref)
+    result = doctest.testmod(greenpool.client.config.readpref)
     assert (result.attempted > 0, result.failed) == (True, 0)
 
 
@@ -268,16 +268,16 @@ def test_the_module_examples() -> None:
 def test_every_primary_read_preference_is_the_one_instance(value: object) -> None:
     # The hot paths (Operations, Topology.select) know a primary read by
     # identity and skip server selection for it.
-    assert coerce(value) is greenpool.client.readpref.PRIMARY
-    assert make("primary", [{}]) is greenpool.client.readpref.PRIMARY
+    assert coerce(value) is greenpool.client.config.readpref.PRIMARY
+    assert make("primary", [{}]) is greenpool.client.config.readpref.PRIMARY
 
 
 def test_a_collection_reads_with_the_one_primary_instance(mongodb_uri: str) -> None:
     with Client(with_options(mongodb_uri, readPreference="primary")) as client:
-        assert client.db.c.read_preference is greenpool.client.readpref.PRIMARY
-        assert client.read_preference is greenpool.client.readpref.PRIMARY
+        assert client.db.c.read_preference is greenpool.client.config.readpref.PRIMARY
+        assert client.read_preference is greenpool.client.config.readpref.PRIMARY
 
 
 def test_the_write_preference_keeps_its_identity() -> None:
     # A write's preference (no $readPreference on the wire) must survive coerce.
-    assert coerce(greenpool.client.readpref.WRITE) is greenpool.client.readpref.WRITE
+    assert coerce(greenpool.client.config.readpref.WRITE) is greenpool.client.config.readpref.WRITE

@@ -17,8 +17,8 @@ from pymongo.errors import ConfigurationError as PyMongoConfigurationError
 from pymongo.read_concern import ReadConcern
 
 from greenpool import ConfigurationError
-from greenpool.client import concern
-from greenpool.client.uri import parse_uri
+from greenpool.client.config.uri import parse_uri
+from greenpool.client.operations import concern
 from tests.cmap_runner import SPEC_DIR
 from tests.spec_files import MISSING_MARK
 

@@ -1,4 +1,4 @@
-"""The replica set emulator (greenpool.cli.replset): stock PyMongo, the reference driver,
+"""The replica set emulator (greenpool.testing.replset): stock PyMongo, the reference driver,
 against a set of member processes in front of one SecantusDB; the members' hello and
 refusals on the wire; the controls; the command line; no process outliving its owner."""
 
@@ -29,8 +29,8 @@ from pymongo.errors import (
 from pymongo.read_preferences import Secondary
 
 import greenpool
-from greenpool.cli.replset import MemberConfig, ReplicaSet
 from greenpool.errors import ConfigurationError
+from greenpool.testing.replset import MemberConfig, ReplicaSet
 from greenpool.wire.connector import connect
 from greenpool.wire.link import Link, LinkOptions
 from tests.events import AllEvents
@@ -691,7 +691,7 @@ def test_a_taken_port_is_refused() -> None:
 
 PARENT = textwrap.dedent("""
     import time
-    from greenpool.cli.replset import ReplicaSet
+    from greenpool.testing.replset import ReplicaSet
     with ReplicaSet(3) as rs:
         pids = [s.pid for s in rs.status()] + [rs._backend.pid]
         print(*pids, flush=True)

@@ -8,7 +8,7 @@ import pytest
 from pymongo import errors
 
 from greenpool import PoolClearedError, WaitQueueTimeoutError
-from greenpool.client import retries
+from greenpool.client.operations import retries
 from greenpool.wire import replies
 
 ADDRESS = ("db.test", 27017)

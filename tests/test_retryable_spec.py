@@ -34,7 +34,7 @@ from typing import Any
 import pytest
 from pymongo import MongoClient
 
-from greenpool.client import monitor
+from greenpool.client.topology import monitor
 from tests import retryable_unified
 from tests.retryable_unified import FAIL_POINTS, READS_DIR, WRITES_DIR
 from tests.unified.deployment import Deployment

@@ -9,7 +9,7 @@ from bson.objectid import ObjectId
 from pymongo import errors
 
 from greenpool import PoolClearedError, WaitQueueTimeoutError
-from greenpool.client.sdam import (
+from greenpool.client.topology.sdam import (
     IGNORE,
     ErrorContext,
     Phase,

@@ -2,11 +2,11 @@
 ``errors/`` and ``monitoring/``.
 
 ``rs/``, ``sharded/`` and ``single/``: each phase's hello replies go through
-:func:`greenpool.client.discovery.update`, the pure rules, and the description that
+:func:`greenpool.client.topology.discovery.update`, the pure rules, and the description that
 comes out must be the phase's outcome. The initial description comes from the file's
 connection string, as a Client builds it.
 
-``errors/`` and ``monitoring/`` drive a :class:`~greenpool.client.topology.Topology`
+``errors/`` and ``monitoring/`` drive a :class:`~greenpool.client.topology.topology.Topology`
 as the Client builds it, with pools of mock connections and no monitors: a reply is
 what a monitor's check reports, an application error goes through the topology's
 SDAM rules on the server it names (the pools' generations are checked), and the SDAM
@@ -26,10 +26,10 @@ from pymongo.topology_description import TopologyDescription
 
 from greenpool import Pool, PoolOptions
 from greenpool.address import Address
-from greenpool.client import discovery
-from greenpool.client.sdam import Phase
-from greenpool.client.topology import Topology
-from greenpool.client.uri import parse_uri
+from greenpool.client.config.uri import parse_uri
+from greenpool.client.topology import discovery
+from greenpool.client.topology.sdam import Phase
+from greenpool.client.topology.topology import Topology
 from greenpool.wire.connector import mark_establishment_error
 from greenpool.wire.replies import check_reply
 from tests import sdam_runner

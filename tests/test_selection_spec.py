@@ -1,5 +1,5 @@
 """The Server Selection and Max Staleness spec tests, file by file, on
-greenpool.client.selection: no server, no greenlet, no clock.
+greenpool.client.topology.selection: no server, no greenlet, no clock.
 
 - ``server-selection/tests/server_selection/``: the suitable servers and those in
   the latency window, for every topology type, reads and writes, deprioritized
@@ -26,10 +26,10 @@ import pytest
 from pymongo import ReadPreference
 from pymongo.read_preferences import Nearest, Secondary, SecondaryPreferred
 
-import greenpool.client.selection
+import greenpool.client.topology.selection
 from greenpool import ConfigurationError
 from greenpool.address import parse_address
-from greenpool.client.selection import (
+from greenpool.client.topology.selection import (
     average_round_trip_time,
     check_max_staleness,
     in_latency_window,
@@ -223,4 +223,4 @@ def test_primary_with_an_empty_tag_set_is_the_default() -> None:
 
 
 def test_the_modules_examples() -> None:
-    assert doctest.testmod(greenpool.client.selection).failed == 0
+    assert doctest.testmod(greenpool.client.topology.selection).failed == 0

@@ -149,8 +149,10 @@ def test_block_runs_as_written(block: Block, server_uri: str, tmp_path: Path) ->
     if block.kind == "python":
         script = tmp_path / "snippet.py"
         script.write_text(block.text)
-        command = [sys.executable, str(script)]
+        command = [sys.executable, "-W", "error::DeprecationWarning", str(script)]
     else:
+        # The shell's python commands too: a snippet may not trip a deprecation.
+        env["PYTHONWARNINGS"] = "error::DeprecationWarning"
         command = ["bash", "-euo", "pipefail", "-c", block.text]
     result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True,
                             timeout=300)

@@ -1,4 +1,4 @@
-"""SRV polling (greenpool.client.srvpoll) against the project's loopback DNS server.
+"""SRV polling (greenpool.client.topology.srvpoll) against the project's loopback DNS server.
 
 The server (tests/slow_dns.py) serves the Initial DNS Seedlist Discovery README's zone,
 and each test changes its records while a poller runs, as the SRV polling spec's prose
@@ -28,15 +28,15 @@ import gevent
 import gevent.event
 import pytest
 
-import greenpool.client.srvpoll
+import greenpool.client.topology.srvpoll
 from greenpool.address import Address
-from greenpool.client.srvpoll import (
+from greenpool.client.config.uri import parse_uri
+from greenpool.client.topology.srvpoll import (
     MIN_RESCAN_INTERVAL,
     SrvPoller,
     rescan_interval,
     rescanned_hosts,
 )
-from greenpool.client.uri import parse_uri
 from tests.slow_dns import SlowDNSServer
 from tests.uri_dns import Records, seedlist_zone
 from tests.uri_spec import MISSING, SEEDLIST_DIR
@@ -353,7 +353,7 @@ def test_for_settings_needs_an_srv_connection_string() -> None:
 def test_hub_join_returns_while_a_poller_waits() -> None:
     script = textwrap.dedent("""
         import gevent
-        from greenpool.client.srvpoll import SrvPoller
+        from greenpool.client.topology.srvpoll import SrvPoller
         poller = SrvPoller("cluster0.example.com", heartbeat_frequency=10.0,
                            current_hosts=list, on_hosts=print)
         poller.start()
@@ -369,4 +369,4 @@ def test_hub_join_returns_while_a_poller_waits() -> None:
 
 
 def test_the_modules_examples() -> None:
-    assert doctest.testmod(greenpool.client.srvpoll).failed == 0
+    assert doctest.testmod(greenpool.client.topology.srvpoll).failed == 0

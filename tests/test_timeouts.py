@@ -26,9 +26,9 @@ from pymongo.errors import (
 
 import greenpool
 from greenpool import Client
-from greenpool.cli.embedded import free_port
-from greenpool.client.roundtrips import MinRoundTrip
-from greenpool.client.timeouts import Deadline, resolve
+from greenpool.client.operations.timeouts import Deadline, resolve
+from greenpool.client.topology.roundtrips import MinRoundTrip
+from greenpool.testing.embedded import free_port
 from tests.events import AllEvents
 from tests.failpoints import failpoint
 from tests.fake_server import FakeServer, Request, block

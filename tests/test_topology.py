@@ -29,10 +29,10 @@ from pymongo.read_preferences import ReadPreference
 from pymongo.server_description import ServerDescription
 
 from greenpool import Client, Pool, PoolOptions
-from greenpool.cli.embedded import free_port
-from greenpool.client import monitor as monitor_module
-from greenpool.client.srvpoll import SrvPoller
-from greenpool.client.topology import Topology
+from greenpool.client.topology import monitor as monitor_module
+from greenpool.client.topology.srvpoll import SrvPoller
+from greenpool.client.topology.topology import Topology
+from greenpool.testing.embedded import free_port
 from tests.events import AllEvents
 from tests.fake_replset import FakeMongoses, FakeReplicaSet
 from tests.fake_server import HANG_UP, FakeServer

@@ -32,8 +32,8 @@ from pymongo import monitoring
 from pymongo.errors import AutoReconnect, PyMongoError
 
 from greenpool import Pool, PoolClearedError, PoolClosedError, WaitQueueTimeoutError
-from greenpool.client.client import Client
-from greenpool.client.uri import parse_uri
+from greenpool.client.api.client import Client
+from greenpool.client.config.uri import parse_uri
 from tests.mock import MockTransport
 from tests.servers import ServerProcess, with_options
 

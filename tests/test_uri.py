@@ -24,9 +24,15 @@ import pytest
 from pymongo import errors as pymongo_errors
 
 import greenpool
-import greenpool.client.uri
+import greenpool.client.config.uri
 from greenpool import ConfigurationError, PoolOptions
-from greenpool.client.uri import ClientSettings, Credentials, InvalidURIError, Secret, parse_uri
+from greenpool.client.config.uri import (
+    ClientSettings,
+    Credentials,
+    InvalidURIError,
+    Secret,
+    parse_uri,
+)
 from tests.uri_dns import StubResolver, install_stub, seedlist_zone
 from tests.uri_spec import MISSING, SEEDLIST_DIR
 from tests.uri_tls import CLIENT_KEY_PASSWORD, Pki, handshake, make_pki, server_context
@@ -179,7 +185,7 @@ def test_txt_record_options() -> None:
 
 
 def test_the_examples_in_the_docstrings() -> None:
-    assert doctest.testmod(greenpool.client.uri).failed == 0
+    assert doctest.testmod(greenpool.client.config.uri).failed == 0
 
 
 # --- credentials --------------------------------------------------------------------
@@ -411,7 +417,7 @@ def test_an_unreadable_tls_file_is_named(pki: Pki, monkeypatch: pytest.MonkeyPat
     def refuse(path: str, flags: int) -> int:
         raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), path)
 
-    monkeypatch.setattr(greenpool.client.uri.os, "open", refuse)
+    monkeypatch.setattr(greenpool.client.config.uri.os, "open", refuse)
     with pytest.raises(ConfigurationError) as failure:
         parse_uri(f"mongodb://h/?tlsCertificateKeyFile={option(pki.client_file)}")
     assert str(failure.value) == (
@@ -623,7 +629,7 @@ STRICT = {"authMechanism", "authSource", "authMechanismProperties", "tlsCAFile",
 
 
 def test_every_option_has_a_bad_value_here() -> None:
-    known = {option.name for option in greenpool.client.uri._OPTIONS.values()}
+    known = {option.name for option in greenpool.client.config.uri._OPTIONS.values()}
     assert known == set(BAD_VALUES)
 
 
@@ -743,11 +749,11 @@ def test_malformed_connection_strings_say_what_is_wrong(uri: str, message: str) 
     ("mongodb://ann:S3cr3t?Pa55@db", "mongodb://ann:***@db"),
 ])
 def test_redact_uri(uri: str, shown: str) -> None:
-    assert greenpool.client.uri.redact_uri(uri) == shown
+    assert greenpool.client.config.uri.redact_uri(uri) == shown
 
 
 def test_an_at_sign_in_an_option_value_is_no_secret() -> None:
-    assert greenpool.client.uri.uri_secrets("mongodb://db:27017/?appName=27017@eu") == ()
+    assert greenpool.client.config.uri.uri_secrets("mongodb://db:27017/?appName=27017@eu") == ()
 
 
 # --- the seedlist rules (the Initial DNS Seedlist Discovery spec's prose tests) ------

@@ -19,7 +19,7 @@ import pytest
 
 import greenpool
 from greenpool import ConfigurationError
-from greenpool.client import inert, uri
+from greenpool.client.config import inert, uri
 from tests.uri_tls import CLIENT_KEY_PASSWORD, Pki, make_pki
 
 pytestmark = pytest.mark.timeout(60)

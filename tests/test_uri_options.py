@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from greenpool import ConfigurationError
-from greenpool.client.uri import parse_uri
+from greenpool.client.config.uri import parse_uri
 from tests.uri_dns import install_stub, seedlist_zone
 from tests.uri_spec import MISSING, assert_options, query_options, uri_options_tests
 

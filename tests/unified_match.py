@@ -43,8 +43,8 @@ from pymongo.errors import (
     PyMongoError,
 )
 
-from greenpool.client.cursor import Cursor
-from greenpool.client.session import Session
+from greenpool.client.api.cursor import Cursor
+from greenpool.client.operations.session import Session
 
 
 def load_cases(path: Path) -> list[tuple[dict[str, Any], dict[str, Any]]]:

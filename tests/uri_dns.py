@@ -2,7 +2,7 @@
 
 The zone is the one the Initial DNS Seedlist Discovery spec tests were
 written against: the record table in that spec's tests/README.md. The stub
-replaces ``dns.resolver.resolve``, which :mod:`greenpool.client.dns` calls, so
+replaces ``dns.resolver.resolve``, which :mod:`greenpool.client.config.dns` calls, so
 greenpool's own code runs on real dnspython answers; any other way into
 dnspython's resolver fails the test, so no test ever queries real DNS.
 """

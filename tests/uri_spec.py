@@ -1,5 +1,5 @@
 """The URI Options and Initial DNS Seedlist Discovery spec tests, and how the
-option names they use map onto :class:`~greenpool.client.uri.ClientSettings`.
+option names they use map onto :class:`~greenpool.client.config.uri.ClientSettings`.
 
 The files are read from the spec directory the CMAP tests use
 (``GREENPOOL_SPEC_TESTS``, else ``../shared/spec-tests/source``).
@@ -13,7 +13,7 @@ from typing import Any
 from urllib.parse import unquote_plus
 
 from greenpool.address import format_address
-from greenpool.client.uri import ClientSettings
+from greenpool.client.config.uri import ClientSettings
 from tests.cmap_runner import SPEC_DIR
 
 URI_OPTIONS_DIR = SPEC_DIR / "uri-options" / "tests"

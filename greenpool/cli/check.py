@@ -15,7 +15,7 @@ greenlets::
 in a clone set up by ``devtools/dev.py``.)
 
 The connection string is printed with its password and other secrets (see
-:func:`greenpool.client.uri.redact_uri`) replaced by ``***``.
+:func:`greenpool.client.config.uri.redact_uri`) replaced by ``***``.
 When something fails, one line on standard error says what, and the exit
 status tells the class of failure:
 
@@ -56,9 +56,9 @@ import gevent
 from pymongo import errors as _pymongo_errors
 
 from greenpool.address import format_address
-from greenpool.client.client import Client, link_options
-from greenpool.client.settings import Secret
-from greenpool.client.uri import parse_uri, redact_uri, uri_secrets
+from greenpool.client.api.client import Client, link_options
+from greenpool.client.config.settings import Secret
+from greenpool.client.config.uri import parse_uri, redact_uri, uri_secrets
 from greenpool.errors import AuthenticationError, ConfigurationError, NotMongoDBError
 from greenpool.pool.monitoring import EventCounter
 from greenpool.wire.link import Link

@@ -26,9 +26,9 @@ from typing import Any
 import gevent
 from pymongo import monitoring
 
-from greenpool.cli.embedded import EmbeddedServer
-from greenpool.client.client import Client
+from greenpool.client.api.client import Client
 from greenpool.pool.monitoring import EventCounter
+from greenpool.testing.embedded import EmbeddedServer
 
 
 class PoolWatcher(EventCounter):

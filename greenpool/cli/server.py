@@ -1,8 +1,8 @@
 """``python -m greenpool server``: a throwaway server in the foreground, until Ctrl-C.
 
 Rules of this module: the command line of ``server`` (its options, what it prints, the
-signals that stop it); the servers are :mod:`greenpool.cli.embedded`'s (one SecantusDB)
-and :mod:`greenpool.cli.replset`'s (a replica set of member processes in front of one).
+signals that stop it); the servers are :mod:`greenpool.testing.embedded`'s (one SecantusDB)
+and :mod:`greenpool.testing.replset`'s (a replica set of member processes in front of one).
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from greenpool.cli.embedded import HOST, EmbeddedServer
-from greenpool.cli.replset import ReplicaSet, describe
 from greenpool.errors import ConfigurationError
+from greenpool.testing.embedded import HOST, EmbeddedServer
+from greenpool.testing.replset import ReplicaSet, describe
 
 __all__ = ["main"]
 

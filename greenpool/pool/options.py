@@ -2,7 +2,7 @@
 
 Rules of this module: the pool's options: names, defaults, types and the bounds the CMAP
 spec sets; a bad value is refused here, naming it. Nothing here knows connection strings
-(:mod:`greenpool.client.uri` maps them to these names) or sockets.
+(:mod:`greenpool.client.config.uri` maps them to these names) or sockets.
 
 Options can be given with Python names (``max_pool_size=10``) or with the
 spec's (and URI's) names (``{"maxPoolSize": 10}``, case-insensitive, as in a

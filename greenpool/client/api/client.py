@@ -1,0 +1,761 @@
+"""greenpool's Client: a MongoDB deployment, a pool and a monitor per server, commands.
+
+::
+
+    import greenpool
+
+    with greenpool.Client("mongodb://127.0.0.1:27017/?maxPoolSize=20") as client:
+        client.command("shop", {"insert": "orders", "documents": [{"sku": 1}]})
+        with client.find("shop", "orders", {"sku": 1}, batch_size=100) as cursor:
+            for order in cursor:
+                ...
+
+The Client talks to any deployment: a standalone server, a replica set, a
+sharded cluster (through one mongos or several), a load balancer
+(``loadBalanced=true``), or one server of any kind directly
+(``directConnection=true``). Given several hosts, or one host without
+directConnection, it discovers the deployment as the Server Discovery and
+Monitoring spec says, from any seed.
+
+What it owns:
+
+* a :class:`~greenpool.client.topology.topology.Topology`: one
+  :class:`~greenpool.client.topology.server.Server` per address discovery finds, each
+  with its :class:`~greenpool.Pool` of :class:`~greenpool.wire.link.Link`
+  connections and its monitor greenlet, which watches the server on its own
+  connection (streamed awaitable hellos where the server supports them, with
+  an RTT monitor on another connection, else a ``hello`` every
+  heartbeatFrequencyMS; see :mod:`greenpool.client.topology.monitor`), makes the pool
+  ready after a successful check and clears it after a failed one
+  (interrupting in-use connections if the check timed out). In
+  load-balanced mode there is no monitor and the pool is ready at once;
+* for a ``mongodb+srv://`` name, its SRV records polled while the topology
+  is Unknown or Sharded (mongos discovery), the servers following them;
+* server selection by read preference (writes and primary reads: the
+  primary, a mongos, the one server of a direct connection), waiting
+  serverSelectionTimeoutMS at most while no server suits;
+* the SDAM rules for application errors (:mod:`greenpool.client.topology.sdam`), for
+  the server the connection came from: a network error, or a "not primary" /
+  "node is recovering" error, marks it Unknown and requests a check (a retry
+  then selects afresh: after a stepdown, the new primary); a clear touches
+  that server's pool only; errors on a stale connection change nothing;
+* one :class:`~greenpool.client.operations.operations.Operations`, the machinery its
+  commands, cursors and sessions share: leasing connections, sending,
+  implicit server sessions, pinning.
+
+Retries follow the Retryable Reads and Retryable Writes specs
+(:mod:`greenpool.client.operations.retries`): a command is classified by its name, as
+those specs list operations (``find``, ``aggregate``, ``distinct``, ``count``
+and the ``list*`` commands are retryable reads; ``insert``, single-document
+``update`` and ``delete``, and ``findAndModify`` are retryable writes, sent
+with a transaction ID), and retried once after a retryable error (as often
+as a timeoutMS deadline allows), unless retryReads or retryWrites is false.
+Any other command is not retried unless the call says ``retry=True``.
+Errors are PyMongo's classes (:class:`~pymongo.errors.AutoReconnect`,
+:class:`~pymongo.errors.OperationFailure`...) or greenpool's subclasses of
+them, so existing ``except`` clauses keep working.
+
+With several servers, what is about one server asks which: :attr:`Client.address`
+is PyMongo's (the server a write selects, waiting for it if needed; an
+error while load-balancing among several mongoses), :attr:`Client.nodes`,
+:attr:`Client.primary`, :attr:`Client.secondaries` and :attr:`Client.arbiters`
+are PyMongo's too, and :attr:`Client.pools` gives each server's pool.
+:attr:`Client.pool`, :meth:`Client.stats`, :meth:`Client.pool_report` and
+:attr:`Client.min_round_trip` are about the one server of a topology that
+has one (a direct connection, a load balancer, a standalone, a one-member
+set, a single mongos), and raise :class:`~pymongo.errors.InvalidOperation`
+naming the servers when it has several.
+
+Rules. This module is the top of the client layer: it may import any other
+module of :mod:`greenpool.client`, and none of them imports it. The Client
+checks what users give it (arguments, sessions, read preferences), then runs
+the operation through its Operations' public methods; the state of leases,
+server sessions, pins and open cursors lives there, not here. It builds
+cursors and sessions on the same Operations, never on itself, so they need
+nothing of this module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import gevent
+from bson.codec_options import CodecOptions
+from pymongo import monitoring as _m
+from pymongo.client_session import TransactionOptions  # type: ignore[attr-defined]
+from pymongo.errors import InvalidOperation, NetworkTimeout
+from pymongo.read_concern import ReadConcern
+from pymongo.read_preferences import _ServerMode
+from pymongo.server_type import SERVER_TYPE
+from pymongo.topology_description import TOPOLOGY_TYPE, TopologyDescription
+from pymongo.write_concern import WriteConcern
+
+from greenpool.address import Address, format_address
+from greenpool.client.api.cursor import Cursor
+from greenpool.client.api.database import CACHED_NAMES, Database, Defaults
+from greenpool.client.api.findcursor import CommandCursor
+from greenpool.client.config import readpref
+from greenpool.client.config.codecs import check_codec_options, split_keywords
+from greenpool.client.config.inert import warn_inert_options
+from greenpool.client.config.uri import ClientSettings, parse_uri
+from greenpool.client.operations.commands import CommandPublisher
+from greenpool.client.operations.concern import (
+    check_read_concern,
+    check_write_concern,
+    write_concern_field,
+)
+from greenpool.client.operations.operations import Operations
+from greenpool.client.operations.retries import has_write_stage
+from greenpool.client.operations.session import Session
+from greenpool.client.operations.sessionopts import ClientDefaults
+from greenpool.client.operations.timeouts import check_seconds, current
+from greenpool.client.topology.checker import LinkChecker, monitor_link_options
+from greenpool.client.topology.server import Server
+from greenpool.client.topology.srvpoll import SrvPoller
+from greenpool.client.topology.topology import Topology
+from greenpool.errors import ConfigurationError
+from greenpool.pool.connection import Connection, PoolStats
+from greenpool.pool.holds import PoolReport
+from greenpool.pool.pool import Pool
+from greenpool.wire.auth import MECHANISMS as LINK_MECHANISMS
+from greenpool.wire.auth import Credentials as LinkCredentials
+from greenpool.wire.connector import make_connector
+from greenpool.wire.link import Link, LinkOptions
+from greenpool.wire.messages import check_database_name
+
+__all__ = ["Client", "ReadPreferenceLike", "link_options"]
+
+#: What a ``read_preference=`` argument takes: a PyMongo read preference
+#: (``pymongo.ReadPreference.SECONDARY``), a mode name, or a document.
+ReadPreferenceLike = _ServerMode | str | Mapping[str, Any]
+
+_LISTENER_TYPES = (
+    _m.CommandListener, _m.ConnectionPoolListener, _m.ServerListener,
+    _m.ServerHeartbeatListener, _m.TopologyListener,
+)
+
+
+class Client:
+    """A client for a MongoDB deployment: a standalone server, a replica set, a
+    sharded cluster or a load balancer.
+
+    :param uri: a ``mongodb://`` or ``mongodb+srv://`` connection string:
+        the seed hosts (discovery finds the rest), ``replicaSet``,
+        ``directConnection`` (false by default: one host is discovered like
+        several, unless ``directConnection=true``) or ``loadBalanced=true``.
+        Pool options (maxPoolSize, minPoolSize, maxConnecting, maxIdleTimeMS,
+        waitQueueTimeoutMS; per server), timeouts, TLS, credentials, appName,
+        compressors, heartbeatFrequencyMS, serverMonitoringMode and
+        localThresholdMS come from it.
+    :param event_listeners: PyMongo listener objects: CommandListener,
+        ConnectionPoolListener, ServerListener, ServerHeartbeatListener,
+        TopologyListener.
+    :param acquire_sites: record where each checkout came from (the first
+        frame outside greenpool, gevent, PyMongo and the standard library), for
+        :meth:`pool_report` and the holders a
+        :class:`~greenpool.WaitQueueTimeoutError` names: about 0.6 µs per
+        checkout (see :class:`greenpool.Pool`). None (the default): only with
+        a ``long_hold_threshold``.
+    :param long_hold_threshold: seconds (None: never): report a connection
+        checked out for longer, once per checkout (see :class:`greenpool.Pool`).
+        greenpool's own setting, never a connection string option.
+
+    :param keywords: PyMongo's codec options for the collection API
+        (``document_class``, ``tz_aware``, ``tzinfo``, ``uuidRepresentation``,
+        ``type_registry``, ``datetime_conversion``,
+        ``unicode_decode_error_handler``; see :mod:`greenpool.client.config.codecs`),
+        and connection string options, as PyMongo's MongoClient takes them
+        (``maxPoolSize=20``, ``w="majority"``, ``retryWrites=False``): checked
+        as the URI's are, and winning over them; an unknown name is a
+        TypeError.
+
+    The collection API is PyMongo's: ``client["shop"]`` or ``client.shop`` is
+    a :class:`~greenpool.client.api.database.Database`, whose collections have
+    PyMongo's CRUD methods (:class:`~greenpool.client.api.collection.Collection`),
+    with the URI's write concern (w, wTimeoutMS, journal), read concern
+    (readConcernLevel) and readPreference.
+
+    :raises greenpool.ConfigurationError: a bad URI, or one that asks for
+        what this Client does not do (an authentication mechanism other than
+        SCRAM).
+    """
+
+    def __init__(self, uri: str, *, event_listeners: Iterable[object] = (),
+                 acquire_sites: bool | None = None,
+                 long_hold_threshold: float | None = None, **keywords: Any) -> None:
+        codec_keywords, uri_keywords = split_keywords(keywords)
+        settings = parse_uri(uri, uri_keywords)
+        self.settings = settings
+        self._defaults = Defaults(settings, codec_keywords)
+        warn_inert_options(settings)
+        listeners = _check_listeners(event_listeners)
+        self._link_options = link_options(settings)
+        pool_listeners = [x for x in listeners if isinstance(x, _m.ConnectionPoolListener)]
+        self._default_read_preference = settings.read_preference_object()
+        connector = _bounded_connector(make_connector(self._link_options))
+
+        def make_pool(address: Address) -> Pool[Link]:
+            return Pool(address, settings.pool, connector=connector, listeners=pool_listeners,
+                        on_establish_error=lambda error, conn: (
+                            self.topology.handle_establish_error(error, conn)),
+                        acquire_sites=acquire_sites, long_hold_threshold=long_hold_threshold)
+
+        self.topology = Topology(
+            settings.hosts, make_pool, load_balanced=settings.load_balanced,
+            direct=settings.direct_connection, replica_set=settings.replica_set,
+            heartbeat_frequency=settings.heartbeat_frequency,
+            server_selection_timeout=settings.server_selection_timeout,
+            local_threshold=settings.local_threshold, listeners=listeners)
+        self._operations = Operations(
+            self.topology, CommandPublisher(listeners), timeout=settings.timeout,
+            retry_reads=settings.retry_reads, retry_writes=settings.retry_writes,
+            max_adaptive_retries=settings.max_adaptive_retries)
+        monitor_options = monitor_link_options(self._link_options)
+        self.topology.open(lambda server: LinkChecker(server.address, monitor_options),
+                           monitoring_mode=settings.server_monitoring_mode)
+        if settings.srv_host is not None and not settings.load_balanced:
+            # SRV polling (mongos discovery): the poller applies srvMaxHosts.
+            self.topology.poll_srv(SrvPoller.for_settings(
+                settings, current_hosts=lambda: list(self.topology.servers),
+                on_hosts=self.topology.srv_hosts_changed))
+
+    @property
+    def load_balanced(self) -> bool:
+        """Whether the URI says ``loadBalanced=true`` (no monitor; the pool is ready at once)."""
+        return self.settings.load_balanced
+
+    # -- the deployment, as PyMongo's MongoClient shows it ---------------------------------
+
+    @property
+    def topology_description(self) -> TopologyDescription:
+        """The deployment as discovered so far (PyMongo's class; it is replaced,
+        never changed, as checks come in: read this property again for news)."""
+        return self.topology.description
+
+    @property
+    def address(self) -> Address:
+        """``(host, port)`` of the server writes go to: the one host of a direct
+        connection or a load balancer (at once), else the standalone, primary or
+        mongos that server selection finds (waiting for it, at most
+        serverSelectionTimeoutMS), as PyMongo's ``MongoClient.address``.
+
+        :raises pymongo.errors.InvalidOperation: the client spreads operations
+            over several mongoses (use :attr:`nodes`).
+        :raises pymongo.errors.ServerSelectionTimeoutError: no such server in time.
+        """
+        topology = self.topology
+        if topology.direct or self.load_balanced:
+            return topology.seeds[0]
+        description = topology.description
+        if (description.topology_type == TOPOLOGY_TYPE.Sharded
+                and len(description.server_descriptions()) > 1):
+            raise InvalidOperation(
+                f"client.address has no single answer: the client spreads operations over "
+                f"{len(description.server_descriptions())} mongoses "
+                f"({_listing(description.server_descriptions())}); use client.nodes")
+        self._operations.check_open()
+        return topology.select().address
+
+    @property
+    def nodes(self) -> frozenset[Address]:
+        """The servers known now (checked, of a known type), as PyMongo's
+        ``MongoClient.nodes``; empty before the first check."""
+        return frozenset(s.address for s in self.topology.description.known_servers)
+
+    @property
+    def primary(self) -> Address | None:
+        """The replica set's primary now, or None (no primary known, or not a
+        replica set), as PyMongo's ``MongoClient.primary``; never waits."""
+        return next(iter(self._members(SERVER_TYPE.RSPrimary)), None)
+
+    @property
+    def secondaries(self) -> set[Address]:
+        """The replica set's secondaries known now (PyMongo's ``MongoClient.secondaries``)."""
+        return self._members(SERVER_TYPE.RSSecondary)
+
+    @property
+    def arbiters(self) -> set[Address]:
+        """The replica set's arbiters known now (PyMongo's ``MongoClient.arbiters``)."""
+        return self._members(SERVER_TYPE.RSArbiter)
+
+    @property
+    def pools(self) -> dict[Address, Pool[Link]]:
+        """Each server's pool, by address, now (servers come and go as
+        discovery finds and drops them)."""
+        return {address: server.pool for address, server in self.topology.servers.items()}
+
+    @property
+    def pool(self) -> Pool[Link]:
+        """The pool of the topology's one server (a direct connection, a load
+        balancer, a standalone, a one-member set, a single mongos).
+
+        :raises pymongo.errors.InvalidOperation: the topology has several
+            servers (use :attr:`pools`).
+        """
+        return self._only_server("client.pool").pool
+
+    @property
+    def min_round_trip(self) -> float:
+        """The one server's minimum round-trip time in seconds (SDAM's
+        minRoundTripTime over the monitor's last checks; 0 behind a load
+        balancer, which has no monitor). One server only, as :attr:`pool`."""
+        return self._only_server("client.min_round_trip").min_round_trip.value
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._operations.closed
+
+    @property
+    def timeout(self) -> float | None:
+        """timeoutMS (seconds; None: not set, 0: no limit)."""
+        return self._operations.timeout
+
+    @timeout.setter
+    def timeout(self, value: float | None) -> None:
+        self._operations.timeout = value
+
+    def stats(self) -> PoolStats:
+        """The pool's counters (see :meth:`greenpool.Pool.stats`); one server
+        only, as :attr:`pool`."""
+        return self.pool.stats()
+
+    def get_stats(self) -> dict[str, int]:
+        """The pool's always-on counters and gauges (see :meth:`greenpool.Pool.get_stats`)."""
+        return self.pool.get_stats()
+
+    def pop_stats(self) -> dict[str, int]:
+        """:meth:`get_stats`, resetting the counters (see :meth:`greenpool.Pool.pop_stats`)."""
+        return self.pool.pop_stats()
+
+    def pool_report(self) -> PoolReport:
+        """Who holds the pool's connections and who waits, now (see
+        :meth:`greenpool.Pool.report`); ``print(client.pool_report())``. One
+        server only, as :attr:`pool`."""
+        return self.pool.report()
+
+    # -- operations -----------------------------------------------------------------------
+
+    def command(self, dbname: str, command: Mapping[str, Any], *,
+                session: Session | None = None, timeout: float | None = None,
+                read_preference: ReadPreferenceLike | None = None,
+                retry: bool | None = None) -> dict[str, Any]:
+        """Run ``command`` (a document whose first key is the command's name)
+        on database ``dbname`` and return the server's reply.
+
+        ``timeout`` (seconds, 0 for none) bounds the whole operation in place
+        of the client's timeoutMS, within any enclosing
+        :func:`greenpool.timeout` block (see :mod:`greenpool.client.operations.timeouts`). With
+        a limit, ``maxTimeMS`` is added to the command (time left minus the
+        server's minimum round trip), and running out of time raises an error
+        whose ``timeout`` is true: ``ServerSelectionTimeoutError``,
+        ``WaitQueueTimeoutError``, ``NetworkTimeout`` (the connection is
+        discarded) or ``ExecutionTimeout``.
+
+        ``read_preference`` (a PyMongo read preference, a mode name or a
+        ``{"mode", "tags", "maxStalenessSeconds"}`` document) is sent as
+        ``$readPreference`` where the Server Selection spec says
+        (:mod:`greenpool.client.config.readpref`). As that spec requires of a generic
+        command method, the URI's readPreference does not apply here: the
+        default is primary. Inside a transaction it must be primary
+        (:class:`~pymongo.errors.InvalidOperation` otherwise).
+
+        ``retry``: None (the default) retries by the command's name, as the
+        Retryable Reads and Writes specs list operations: a retryable read
+        (``find``, ``aggregate`` without ``$out``/``$merge``, ``distinct``,
+        ``count``, ``listCollections``, ``listIndexes``, ``listDatabases``)
+        once after a network error, a cleared pool or a "not primary"-like
+        code, unless retryReads=false; a retryable write (``insert``,
+        ``update`` and ``delete`` of one document per statement,
+        ``findAndModify``, acknowledged) on a server that supports them
+        (a replica set member, mongos, a load balancer) with ``lsid`` and a
+        new ``txnNumber``, once after an error labelled
+        ``RetryableWriteError``, unless retryWrites=false. Under a time limit
+        retries go on while time is left. ``True`` retries any command so
+        (say it only for a command that is safe to run twice); ``False``
+        never retries. Nothing is retried inside a transaction.
+
+        :raises pymongo.errors.OperationFailure: the server refused it
+            (``code``, ``details``, error labels).
+        :raises pymongo.errors.AutoReconnect: a network error (the pool was
+            cleared if the error called for it).
+        :raises greenpool.PoolClearedError: the pool was cleared while waiting.
+        :raises greenpool.WaitQueueTimeoutError: no connection within
+            waitQueueTimeoutMS.
+        :raises pymongo.errors.ServerSelectionTimeoutError: the server was
+            not reachable within serverSelectionTimeoutMS.
+        """
+        if retry is not None:
+            _check_retry(retry)
+        ops = self._operations
+        # The deadline first: a refused timeout leaves the session untouched.
+        deadline = ops.deadline(timeout, session)
+        preference = (readpref.PRIMARY if read_preference is None and session is None
+                      else self._read_preference(read_preference, readpref.PRIMARY, session))
+        document = self._prepare(dbname, command, session)
+        return ops.run_command(dbname, document, session, deadline, preference, retry)
+
+    def cursor(self, dbname: str, command: Mapping[str, Any], *, batch_size: int | None = None,
+               session: Session | None = None, timeout: float | None = None,
+               timeout_mode: str | None = None,
+               read_preference: ReadPreferenceLike | None = None,
+               retry: bool | None = None) -> Cursor:
+        """Run a cursor-opening command (``find``, ``aggregate``,
+        ``listCollections``...) and return a :class:`~greenpool.client.api.cursor.Cursor`
+        over its documents, fetching further batches with ``getMore``.
+
+        Close it (or use it as a context manager) when done early: that sends
+        ``killCursors``. ``batch_size`` sets each getMore's batchSize; set the
+        first batch's size in the command itself.
+
+        ``timeout`` is as for :meth:`command`; ``timeout_mode`` says what it
+        bounds (the CSOT spec's timeoutMode): ``"cursorLifetime"`` (the
+        default; the opening command and every getMore, together) or
+        ``"iteration"`` (the opening command, then each ``next()`` call on
+        its own; the default for tailable cursors). ``close()`` gets the full
+        limit afresh for its killCursors.
+
+        ``read_preference`` is as for :meth:`command`. Without one, ``find``
+        and an ``aggregate`` without ``$out`` or ``$merge`` (the Server
+        Selection spec's "may-use-secondary" commands) follow the URI's
+        readPreference; other commands read from the primary.
+
+        ``retry`` is as for :meth:`command`, for the opening command only:
+        a ``getMore`` is never retried (the cursor may have moved on).
+        """
+        _check_batch_size(batch_size)
+        if retry is not None:
+            _check_retry(retry)
+        self._check_session(session)
+        document = self._prepare(dbname, command, None)
+        default = (self._default_read_preference if _may_use_secondary(document)
+                   else readpref.PRIMARY)
+        preference = self._read_preference(read_preference, default, session)
+        return Cursor(self._operations, dbname, document, batch_size=batch_size,
+                      session=session, timeout=timeout, timeout_mode=timeout_mode,
+                      read_preference=preference, retry=retry)
+
+    def find(self, dbname: str, collection: str, filter: Mapping[str, Any] | None = None,
+             *, batch_size: int | None = None, session: Session | None = None,
+             timeout: float | None = None, timeout_mode: str | None = None,
+             read_preference: ReadPreferenceLike | None = None, retry: bool | None = None,
+             **options: Any) -> Cursor:
+        """``find`` on ``dbname.collection`` as a :class:`~greenpool.client.api.cursor.Cursor`.
+
+        ``batch_size`` applies to every batch, the first included. Other
+        keywords are find's own fields (``sort``, ``projection``, ``limit``...).
+        ``timeout``, ``timeout_mode`` and ``retry`` are as for :meth:`cursor`.
+        ``read_preference`` is as for :meth:`command`; the default is the URI's
+        readPreference, readPreferenceTags and maxStalenessSeconds.
+        """
+        _check_batch_size(batch_size)
+        command: dict[str, Any] = {"find": collection, "filter": dict(filter or {})}
+        if batch_size is not None:
+            command["batchSize"] = batch_size
+        command.update(options)
+        return self.cursor(dbname, command, batch_size=batch_size, session=session,
+                           timeout=timeout, timeout_mode=timeout_mode,
+                           read_preference=read_preference, retry=retry)
+
+    def start_session(self, causal_consistency: bool | None = None,
+                      default_transaction_options: TransactionOptions | None = None,
+                      snapshot: bool | None = False, *,
+                      default_timeout: float | None = None) -> Session:
+        """A new session; end it, or use it as a context manager. As
+        PyMongo's: causally consistent unless ``causal_consistency=False`` or
+        ``snapshot=True`` (its reads see one snapshot of the data);
+        ``default_transaction_options`` (PyMongo's
+        :class:`~pymongo.client_session.TransactionOptions`) are its
+        transactions' options where ``start_transaction`` gives none, else
+        the client's read and write concern and read preference apply.
+
+        ``default_timeout`` (seconds, 0 for none; the CSOT spec's
+        defaultTimeoutMS) bounds its commit, abort and ``with_transaction``
+        instead of the client's timeoutMS.
+        """
+        ops = self._operations
+        ops.check_open()
+        defaults = self._defaults
+        session = Session(ops, default_timeout=check_seconds("default_timeout", default_timeout),
+                          client=ClientDefaults(defaults.read_concern, defaults.write_concern,
+                                                defaults.read_preference),
+                          causal_consistency=causal_consistency,
+                          default_transaction_options=default_transaction_options,
+                          snapshot=snapshot)
+        ops.session_started(session)
+        return session
+
+    # -- the collection API (PyMongo's) -----------------------------------------------------
+
+    @property
+    def codec_options(self) -> CodecOptions[Any]:
+        """The codec options the client's databases inherit."""
+        return self._defaults.codec_options
+
+    @property
+    def read_preference(self) -> _ServerMode:
+        """The read preference the client's databases inherit (the URI's)."""
+        return self._defaults.read_preference
+
+    @property
+    def write_concern(self) -> WriteConcern:
+        """The write concern the client's databases inherit (the URI's)."""
+        return self._defaults.write_concern
+
+    @property
+    def read_concern(self) -> ReadConcern:
+        """The read concern the client's databases inherit (the URI's)."""
+        return self._defaults.read_concern
+
+    def get_database(self, name: str | None = None,
+                     codec_options: CodecOptions[Any] | None = None,
+                     read_preference: ReadPreferenceLike | None = None,
+                     write_concern: WriteConcern | None = None,
+                     read_concern: ReadConcern | None = None) -> Database:
+        """The database ``name`` (the URI's database when None), with the
+        client's options unless given."""
+        if name is None:
+            name = self.settings.database
+            if name is None:
+                raise ConfigurationError("no database name given, and the connection string "
+                                         "names none (mongodb://host/DATABASE)")
+        defaults = self._defaults
+        return Database(self, name, self._operations,
+                        codec_options=check_codec_options(codec_options,
+                                                          default=defaults.codec_options),
+                        read_preference=(defaults.read_preference if read_preference is None
+                                         else readpref.coerce(read_preference)),
+                        write_concern=check_write_concern(write_concern,
+                                                          default=defaults.write_concern),
+                        read_concern=check_read_concern(read_concern,
+                                                        default=defaults.read_concern))
+
+    def get_default_database(self, default: str | None = None,
+                             **options: Any) -> Database:
+        """The URI's database, else ``default``."""
+        return self.get_database(self.settings.database or default, **options)
+
+    def __getitem__(self, name: str) -> Database:
+        cached = self._defaults.databases
+        database = cached.get(name)
+        if database is None:
+            database = self.get_database(name)
+            if len(cached) < CACHED_NAMES:
+                cached[name] = database
+        return database
+
+    def __getattr__(self, name: str) -> Database:
+        if name.startswith("_"):
+            raise AttributeError(
+                f"Client has no attribute {name!r}; for the database {name!r} use "
+                f"client[{name!r}]")
+        return self[name]
+
+    def list_database_names(self, session: Session | None = None,
+                            comment: Any = None) -> list[str]:
+        """The names of the server's databases."""
+        command: dict[str, Any] = {"listDatabases": 1, "nameOnly": True}
+        if comment is not None:
+            command["comment"] = comment
+        reply = self.command("admin", command, session=session)
+        return [each["name"] for each in reply["databases"]]
+
+    def list_databases(self, session: Session | None = None, comment: Any = None,
+                       **kwargs: Any) -> CommandCursor:
+        """A cursor over the server's database descriptions (listDatabases's
+        fields, such as ``nameOnly`` or ``filter``, as keywords)."""
+        command: dict[str, Any] = {"listDatabases": 1, **kwargs}
+        if comment is not None:
+            command["comment"] = comment
+        reply = self.command("admin", command, session=session)
+        return CommandCursor(None, iter(reply["databases"]))
+
+    def drop_database(self, name_or_database: str | Database,
+                      session: Session | None = None, comment: Any = None) -> None:
+        """Drop a database, with the client's write concern."""
+        name = (name_or_database.name if isinstance(name_or_database, Database)
+                else name_or_database)
+        if not isinstance(name, str):
+            raise TypeError(f"name_or_database must be a database name or a Database, "
+                            f"not {name_or_database!r}")
+        self.get_database(name).command(
+            _with_write_concern({"dropDatabase": 1}, self._defaults.write_concern, session),
+            session=session, comment=comment, read_preference=readpref.WRITE)
+
+    # -- closing --------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """End sessions (aborting their transactions), close cursors, stop the
+        monitors, close the pools. Idempotent; operations afterwards raise
+        :class:`~pymongo.errors.InvalidOperation`."""
+        if self._operations.closing:
+            return
+        # The teardown always runs, whatever the goodbyes raise (a kill included).
+        try:
+            self._operations.close()
+        finally:
+            self.topology.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        seeds = ",".join(format_address(seed) for seed in self.topology.seeds)
+        mode = ", load balanced" if self.load_balanced else ""
+        state = "closed" if self._operations.closed else "open"
+        return f"<greenpool.Client {seeds}{mode}, {state}>"
+
+    # -- internals: the topology -------------------------------------------------------------
+
+    def _members(self, server_type: int) -> set[Address]:
+        return {s.address for s in self.topology.description.server_descriptions().values()
+                if s.server_type == server_type}
+
+    def _only_server(self, what: str) -> Server:
+        servers = self.topology.servers
+        if len(servers) != 1:
+            raise InvalidOperation(
+                f"{what} is about the one server of a topology that has one; this "
+                f"{self.topology.description.topology_type_name} topology has "
+                f"{len(servers)} ({_listing(servers) or 'none'}): use client.pools[address]")
+        (server,) = servers.values()
+        return server
+
+    # -- internals: commands --------------------------------------------------------------
+
+    def _prepare(self, dbname: str, command: Mapping[str, Any],
+                 session: Session | None) -> dict[str, Any]:
+        self._operations.check_open()
+        check_database_name(dbname)
+        # A dict first: isinstance against the Mapping ABC costs two more calls.
+        if not (type(command) is dict or isinstance(command, Mapping)) or not command:
+            raise InvalidOperation(
+                f"command must be a non-empty document whose first key is the command's "
+                f"name, not {command!r}")
+        document = dict(command)
+        if session is not None:
+            self._check_session(session)
+            session.decorate(document)
+        return document
+
+    def _read_preference(self, given: ReadPreferenceLike | None, default: _ServerMode,
+                         session: Session | None) -> _ServerMode:
+        preference = default if given is None else readpref.coerce(given)
+        if (session is not None and session.in_transaction
+                and preference.mode != readpref.PRIMARY.mode):
+            # The Transactions spec: every operation of a transaction runs
+            # on the primary.
+            raise InvalidOperation(
+                f"read preference in a transaction must be primary, not "
+                f"{preference.document!r}")
+        return preference
+
+    def _check_session(self, session: Session | None) -> None:
+        if session is not None and session.operations is not self._operations:
+            raise InvalidOperation("the session was started by another client")
+
+
+# -- settings -----------------------------------------------------------------------------
+
+
+def _listing(addresses: Iterable[Address]) -> str:
+    return ", ".join(format_address(address) for address in addresses)
+
+
+def link_options(settings: ClientSettings) -> LinkOptions:
+    """The options of the Client's pooled connections, from its URI's
+    settings (the check tool connects with them too)."""
+    return LinkOptions(
+        connect_timeout=settings.connect_timeout,
+        socket_timeout=settings.socket_timeout,
+        ssl_context=settings.ssl_context(),
+        app_name=settings.app_name,
+        compressors=settings.compressors,
+        zlib_compression_level=settings.zlib_compression_level,
+        credentials=_credentials(settings),
+        load_balanced=settings.load_balanced,
+    )
+
+
+def _bounded_connector(
+        connector: Callable[[Connection[Link]], Link]) -> Callable[[Connection[Link]], Link]:
+    """``connector`` bounded by the deadline of the operation that waits
+    for the connection (timeoutMS), if any, on top of connectTimeoutMS.
+
+    Running out of time raises a TimeoutError inside the establishment, at
+    whatever socket wait it is in, so the link treats it as the socket
+    timeout it stands for: the socket is closed and the error is a
+    NetworkTimeout. Connections established in the background (minPoolSize)
+    have no deadline and keep connectTimeoutMS alone, as the spec says."""
+
+    def bounded(conn: Connection[Link]) -> Link:
+        deadline = current()
+        if deadline is None or not deadline.bounded:
+            return connector(conn)
+        left = deadline.remaining()
+        expired = TimeoutError(
+            f"establishing a connection exceeded the operation's time limit of "
+            f"{deadline.limit * 1000:g} ms")
+        if left <= 0:
+            raise NetworkTimeout(f"{format_address(conn.address)}: {expired}")
+        with gevent.Timeout(left, expired):
+            return connector(conn)
+
+    return bounded
+
+
+def _credentials(settings: ClientSettings) -> LinkCredentials | None:
+    given = settings.credentials
+    if given is None:
+        return None
+    if given.mechanism not in (None, *LINK_MECHANISMS) or given.username is None:
+        raise ConfigurationError(
+            f"authentication mechanism {given.mechanism!r} is not supported by "
+            f"greenpool.Client, which speaks SCRAM-SHA-256 and SCRAM-SHA-1")
+    if given.password is None:
+        raise ConfigurationError(
+            f"a password is required: the connection string names the user "
+            f"{given.username!r} but no password (mongodb://user:password@host/; "
+            f"SCRAM-SHA-256 and SCRAM-SHA-1 need one)")
+    return LinkCredentials(given.username, given.password.reveal(), given.source,
+                           given.mechanism, given.mechanism_properties)
+
+
+def _check_listeners(listeners: Iterable[object]) -> list[object]:
+    checked = list(listeners)
+    for listener in checked:
+        if not isinstance(listener, _LISTENER_TYPES):
+            raise TypeError(
+                f"event_listeners must be PyMongo listeners (CommandListener, "
+                f"ConnectionPoolListener, ServerListener, ServerHeartbeatListener, "
+                f"TopologyListener), not {listener!r}")
+    return checked
+
+
+def _may_use_secondary(command: Mapping[str, Any]) -> bool:
+    name = next(iter(command))
+    return name == "find" or (name == "aggregate" and not has_write_stage(command))
+
+
+def _with_write_concern(command: dict[str, Any], write_concern: WriteConcern,
+                        session: Session | None) -> dict[str, Any]:
+    field = write_concern_field(write_concern)
+    if field is not None and not (session is not None and session.in_transaction):
+        command["writeConcern"] = field
+    return command
+
+
+def _check_retry(retry: object) -> None:
+    if retry is not None and not isinstance(retry, bool):
+        raise TypeError(f"retry must be None, True or False, not {retry!r}")
+
+
+def _check_batch_size(batch_size: int | None) -> None:
+    if batch_size is not None and (
+            not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 0):
+        raise ValueError(f"batch_size must be None or an int >= 0, not {batch_size!r}")
+

@@ -1,0 +1,439 @@
+"""PyMongo's cursors on greenpool's: :class:`FindCursor` and :class:`CommandCursor`.
+
+:class:`FindCursor` is what ``collection.find()`` returns: nothing is sent
+until it is read, and until then PyMongo's builder methods shape the
+``find`` command (``sort``, ``skip``, ``limit``, ``batch_size``, ``hint``,
+``collation``, ``max_time_ms``, ``comment``, ``allow_disk_use``...); the
+projection is find's argument. Reading it opens a
+:class:`greenpool.client.api.cursor.Cursor`, whose getMore and killCursors
+machinery does the rest. :class:`CommandCursor` is what ``aggregate``,
+``list_indexes`` and ``list_collections`` return: the command already ran.
+
+Both iterate, give ``to_list()``, ``close()`` and work as context managers,
+as PyMongo's do.
+
+Rules. This module sends nothing itself: a FindCursor asks its collection
+(the :class:`CollectionLike` protocol) to build and open, and never imports
+``collection.py``.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections import deque
+from collections.abc import Iterator, Mapping
+from typing import Any, Protocol
+
+from pymongo.errors import InvalidOperation
+from pymongo.read_preferences import _ServerMode
+
+from greenpool.client.api.cursor import Cursor
+from greenpool.client.operations.session import Session
+from greenpool.wire.messages import Outgoing
+
+__all__ = ["CollectionLike", "CommandCursor", "FindCursor", "index_document", "index_name",
+           "projection_document"]
+
+ASCENDING = 1
+
+
+class CollectionLike(Protocol):
+    """What a find cursor needs of its collection."""
+
+    @property
+    def name(self) -> str: ...
+
+    def _read_command(self, name: str, *, read_concern: bool = True) -> Outgoing: ...
+
+    def _open_cursor(self, command: Outgoing, session: Session | None, batch_size: int | None,
+                     preference: _ServerMode | None = None, *,
+                     max_await_time_ms: int | None = None) -> Cursor: ...
+
+
+def index_document(keys: Any, direction: Any = None) -> dict[str, Any]:
+    """A sort or index specification as a document: a field name (with an
+    optional ``direction``), a list of names or ``(name, direction)`` pairs,
+    or a document."""
+    if direction is not None:
+        if not isinstance(keys, str):
+            raise TypeError(f"with a direction, the key must be a field name, not {keys!r}")
+        return {keys: direction}
+    if isinstance(keys, str):
+        return {keys: ASCENDING}
+    if isinstance(keys, Mapping):
+        pairs = list(keys.items())
+    elif isinstance(keys, list | tuple):
+        pairs = [(item, ASCENDING) if isinstance(item, str) else item for item in keys]
+    else:
+        raise TypeError(f"keys must be a field name, a list of (name, direction) pairs or "
+                        f"a document, not {keys!r}")
+    if not pairs:
+        raise ValueError("keys must name at least one field")
+    document: dict[str, Any] = {}
+    for pair in pairs:
+        if not (isinstance(pair, list | tuple) and len(pair) == 2 and isinstance(pair[0], str)
+                and isinstance(pair[1], str | int | Mapping)):
+            raise TypeError(f"each key must be a (field name, direction) pair, not {pair!r}")
+        document[pair[0]] = pair[1]
+    return document
+
+
+def index_name(keys: Mapping[str, Any]) -> str:
+    """The name the server gives an index on ``keys`` by default: ``x_1_y_-1``."""
+    return "_".join(f"{key}_{direction}" for key, direction in keys.items())
+
+
+def projection_document(projection: Any) -> Mapping[str, Any]:
+    """A projection document, or a list of field names as one."""
+    if isinstance(projection, Mapping):
+        return projection
+    if isinstance(projection, list | tuple | set | frozenset) and all(
+            isinstance(field, str) for field in projection):
+        return dict.fromkeys(projection, 1)
+    raise TypeError(f"projection must be a document or a list of field names, "
+                    f"not {projection!r}")
+
+
+# find()'s keyword arguments and the find command's field for each.
+_FIELDS = {
+    "no_cursor_timeout": "noCursorTimeout", "allow_partial_results": "allowPartialResults",
+    "oplog_replay": "oplogReplay", "collation": "collation", "max_scan": "maxScan",
+    "max_time_ms": "maxTimeMS", "max": "max", "min": "min", "return_key": "returnKey",
+    "show_record_id": "showRecordId", "snapshot": "snapshot", "comment": "comment",
+    "allow_disk_use": "allowDiskUse", "let": "let",
+}
+# PyMongo's CursorType values (pymongo.CursorType): tailable is the query
+# flag 2, awaitData 32, exhaust 64.
+NON_TAILABLE, _TAILABLE_FLAG, _AWAIT_DATA_FLAG, EXHAUST = 0, 2, 32, 64
+TAILABLE, TAILABLE_AWAIT = _TAILABLE_FLAG, _TAILABLE_FLAG | _AWAIT_DATA_FLAG
+_CURSOR_TYPES = (NON_TAILABLE, TAILABLE, TAILABLE_AWAIT)
+
+
+class FindCursor:
+    """The documents a ``find`` returns; see the module's docstring."""
+
+    def __init__(self, collection: CollectionLike, filter: Mapping[str, Any] | None = None,
+                 projection: Any = None, skip: int = 0, limit: int = 0,
+                 no_cursor_timeout: bool = False, cursor_type: int = NON_TAILABLE,
+                 sort: Any = None, allow_partial_results: bool = False,
+                 oplog_replay: bool = False, batch_size: int = 0,
+                 collation: Mapping[str, Any] | None = None, hint: Any = None,
+                 max_scan: int | None = None, max_time_ms: int | None = None,
+                 max: Mapping[str, Any] | None = None, min: Mapping[str, Any] | None = None,
+                 return_key: bool | None = None, show_record_id: bool | None = None,
+                 snapshot: bool | None = None, comment: Any = None,
+                 session: Session | None = None, allow_disk_use: bool | None = None,
+                 let: Mapping[str, Any] | None = None) -> None:
+        if filter is not None and not isinstance(filter, Mapping):
+            raise TypeError(f"filter must be a document (a dict or another mapping), "
+                            f"not {filter!r}")
+        if cursor_type not in _CURSOR_TYPES:
+            raise ValueError(
+                f"cursor_type must be CursorType.NON_TAILABLE, TAILABLE or TAILABLE_AWAIT, "
+                f"not {cursor_type!r}" + (
+                    "; greenpool.Client has no exhaust cursors (greenpool.pymongo.MongoClient "
+                    "has them)" if cursor_type == EXHAUST else ""))
+        self._collection = collection
+        self._cursor_type = cursor_type
+        self._max_await_time_ms: int | None = None
+        self._filter = filter if filter is not None else {}
+        self._projection = None if projection is None else projection_document(projection)
+        self._session = session
+        self._cursor: Cursor | None = None
+        self._batch: deque[Any] = deque()
+        self._skip = self._limit = self._batch_size = 0
+        self.skip(skip)
+        self.limit(limit)
+        self.batch_size(batch_size)
+        self._sort = None if sort is None else index_document(sort)
+        self._hint: Any = None
+        if hint is not None:
+            self.hint(hint)
+        self._options: dict[str, Any] = {}
+        given = {"no_cursor_timeout": no_cursor_timeout or None,
+                 "allow_partial_results": allow_partial_results or None,
+                 "oplog_replay": oplog_replay or None, "collation": collation,
+                 "max_scan": max_scan, "max_time_ms": max_time_ms, "max": max, "min": min,
+                 "return_key": return_key, "show_record_id": show_record_id,
+                 "snapshot": snapshot, "comment": comment, "allow_disk_use": allow_disk_use,
+                 "let": let}
+        for name, value in given.items():
+            if value is not None:
+                self._options[_FIELDS[name]] = value
+
+    # -- builder methods (before the first read) ----------------------------------------
+
+    def sort(self, key_or_list: Any, direction: Any = None) -> FindCursor:
+        """Sort by a field (and direction), or a list of (field, direction) pairs."""
+        self._check_not_started()
+        self._sort = index_document(key_or_list, direction)
+        return self
+
+    def skip(self, skip: int) -> FindCursor:
+        """Skip this many documents first."""
+        self._check_not_started()
+        if not isinstance(skip, int) or isinstance(skip, bool) or skip < 0:
+            raise ValueError(f"skip must be an int >= 0, not {skip!r}")
+        self._skip = skip
+        return self
+
+    def limit(self, limit: int) -> FindCursor:
+        """Return at most this many documents (0: no limit; negative: in one batch)."""
+        self._check_not_started()
+        if not isinstance(limit, int) or isinstance(limit, bool):
+            raise TypeError(f"limit must be an int, not {limit!r}")
+        self._limit = limit
+        return self
+
+    def batch_size(self, batch_size: int) -> FindCursor:
+        """Fetch this many documents per batch (0: the server's choice)."""
+        self._check_not_started()
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 0:
+            raise ValueError(f"batch_size must be an int >= 0, not {batch_size!r}")
+        self._batch_size = batch_size
+        return self
+
+    def hint(self, index: Any) -> FindCursor:
+        """Use this index (its name, or its keys)."""
+        self._check_not_started()
+        self._hint = None if index is None else (
+            index if isinstance(index, str) else index_document(index))
+        return self
+
+    def collation(self, collation: Mapping[str, Any]) -> FindCursor:
+        """Compare strings by ``collation`` (a collation document)."""
+        return self._set("collation", collation)
+
+    def max_time_ms(self, max_time_ms: int | None) -> FindCursor:
+        """Let the server spend at most this long on each batch."""
+        return self._set("maxTimeMS", max_time_ms)
+
+    def comment(self, comment: Any) -> FindCursor:
+        """Attach ``comment`` to the find and to each of its getMores."""
+        return self._set("comment", comment)
+
+    def max_await_time_ms(self, max_await_time_ms: int | None) -> FindCursor:
+        """How long (ms) the server waits for new data in a getMore of a
+        ``CursorType.TAILABLE_AWAIT`` cursor before it answers with an empty
+        batch. Only that cursor type waits: for any other a value warns and
+        is left out, where PyMongo ignores it silently."""
+        if max_await_time_ms is not None and (isinstance(max_await_time_ms, bool) or not
+                                              isinstance(max_await_time_ms, int)):
+            raise TypeError(f"max_await_time_ms must be an int or None, "
+                            f"not {max_await_time_ms!r}")
+        self._check_not_started()
+        if max_await_time_ms is not None and self._cursor_type != TAILABLE_AWAIT:
+            warnings.warn(f"max_await_time_ms={max_await_time_ms} is ignored: only a "
+                          f"CursorType.TAILABLE_AWAIT cursor waits for new data",
+                          UserWarning, stacklevel=2)
+            return self
+        self._max_await_time_ms = max_await_time_ms
+        return self
+
+    def allow_disk_use(self, allow_disk_use: bool) -> FindCursor:
+        """Let the server use temporary files for a sort that exceeds its memory limit."""
+        return self._set("allowDiskUse", allow_disk_use)
+
+    def where(self, code: str) -> FindCursor:
+        """Add a ``$where`` clause to the filter."""
+        self._check_not_started()
+        self._filter = {**self._filter, "$where": code}
+        return self
+
+    def _set(self, field: str, value: Any) -> FindCursor:
+        self._check_not_started()
+        if value is None:
+            self._options.pop(field, None)
+        else:
+            self._options[field] = value
+        return self
+
+    def _check_not_started(self) -> None:
+        if self._cursor is not None:
+            raise InvalidOperation("cannot set options after executing query")
+
+    # -- the command ------------------------------------------------------------------------
+
+    def _command(self) -> Outgoing:
+        command = self._collection._read_command("find")
+        command["filter"] = self._filter
+        if self._sort is not None:
+            command["sort"] = self._sort
+        if self._projection is not None:
+            command["projection"] = self._projection
+        if self._skip:
+            command["skip"] = self._skip
+        limit, batch_size = self._limit, self._batch_size
+        if limit:
+            command["limit"] = abs(limit)
+            if limit < 0:
+                command["singleBatch"] = True
+        if batch_size:
+            # The CRUD spec: a batch as large as the limit would leave the
+            # server cursor open for a killCursors; one more closes it.
+            command["batchSize"] = batch_size + 1 if batch_size == limit else batch_size
+        if self._hint is not None:
+            command["hint"] = self._hint
+        if self._cursor_type & _TAILABLE_FLAG:
+            command["tailable"] = True
+            if self._cursor_type & _AWAIT_DATA_FLAG:
+                command["awaitData"] = True
+        command.update(self._options)
+        return command
+
+    def _single_batch_command(self) -> tuple[Outgoing, Session | None]:
+        """find_one's command (one document, in one batch) and session."""
+        self._limit = -1
+        return self._command(), self._session
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def _opened(self) -> Cursor:
+        if self._cursor is None:
+            self._cursor = self._collection._open_cursor(
+                self._command(), self._session, self._batch_size or None,
+                max_await_time_ms=self._max_await_time_ms)
+        return self._cursor
+
+    def __iter__(self) -> Iterator[Any]:
+        return self
+
+    def __next__(self) -> Any:
+        """The next document, fetching a batch when none is buffered (``StopIteration``
+        at the end)."""
+        # A batch at a time from the cursor: its per-call work (one greenlet
+        # at a time, timeouts) once per batch, not once per document.
+        batch = self._batch
+        if not batch:
+            batch.extend(self._opened().next_batch())
+            if not batch:
+                raise StopIteration
+        return batch.popleft()
+
+    next = __next__
+
+    def to_list(self, length: int | None = None) -> list[Any]:
+        """The documents left (at most ``length``), in a list."""
+        return _to_list(self, length)
+
+    @property
+    def alive(self) -> bool:
+        """Whether more documents may come (true before the first read)."""
+        return self._cursor is None or bool(self._batch) or self._cursor.alive
+
+    @property
+    def cursor_id(self) -> int | None:
+        """The server cursor's id (0 once exhausted); None before the first read."""
+        return None if self._cursor is None else self._cursor.id
+
+    @property
+    def collection(self) -> CollectionLike:
+        """The collection the cursor reads."""
+        return self._collection
+
+    @property
+    def session(self) -> Session | None:
+        """The session the cursor's commands run in, if one was given."""
+        return self._session
+
+    def rewind(self) -> FindCursor:
+        """Start again: the next read runs the query anew."""
+        self.close()
+        self._cursor = None
+        self._batch = deque()
+        return self
+
+    def close(self) -> None:
+        """Kill the server cursor, if it is open."""
+        if self._cursor is not None:
+            self._cursor.close()
+
+    def __enter__(self) -> FindCursor:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class CommandCursor:
+    """The documents of a command that opened a cursor (aggregate, list*)."""
+
+    def __init__(self, cursor: Cursor | None, documents: Iterator[Any] | None = None) -> None:
+        # None: the command found nothing (no collection), or its documents
+        # came whole in its reply (listDatabases): ``documents``.
+        self._cursor = cursor
+        self._batch: deque[Any] = deque(documents or ())
+
+    def __iter__(self) -> Iterator[Any]:
+        return self
+
+    def __next__(self) -> Any:
+        """The next document, fetching a batch when none is buffered (``StopIteration``
+        at the end)."""
+        batch = self._batch  # a batch at a time, as FindCursor reads
+        if not batch:
+            if self._cursor is not None:
+                batch.extend(self._cursor.next_batch())
+            if not batch:
+                raise StopIteration
+        return batch.popleft()
+
+    next = __next__
+
+    def to_list(self, length: int | None = None) -> list[Any]:
+        """The documents left (at most ``length``), in a list."""
+        return _to_list(self, length)
+
+    def try_next(self) -> Any:
+        """The next document, or None when there is none (yet)."""
+        return next(self, None)
+
+    def batch_size(self, batch_size: int) -> CommandCursor:
+        """Fetch this many documents per getMore (0: the server's choice)."""
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 0:
+            raise ValueError(f"batch_size must be an int >= 0, not {batch_size!r}")
+        if self._cursor is not None:
+            self._cursor.batch_size = batch_size
+        return self
+
+    @property
+    def alive(self) -> bool:
+        """Whether more documents may come: a batch is buffered or the server cursor is open."""
+        return bool(self._batch) or (self._cursor is not None and self._cursor.alive)
+
+    @property
+    def cursor_id(self) -> int:
+        """The server cursor's id (0 once exhausted)."""
+        return 0 if self._cursor is None else self._cursor.id
+
+    def close(self) -> None:
+        """Kill the server cursor, if it is open."""
+        if self._cursor is not None:
+            self._cursor.close()
+
+    def __enter__(self) -> CommandCursor:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def _to_list(cursor: FindCursor | CommandCursor, length: int | None) -> list[Any]:
+    """A cursor's documents left (at most ``length``), taken a batch at a time."""
+    if length is not None and (not isinstance(length, int) or isinstance(length, bool)
+                               or length < 1):
+        raise ValueError(f"length must be None or an int >= 1, not {length!r}")
+    documents: list[Any] = []
+    while length is None or len(documents) < length:
+        try:
+            documents.append(next(cursor))
+        except StopIteration:
+            break
+        batch = cursor._batch  # the rest of the batch that next() fetched
+        if length is None:
+            documents.extend(batch)
+            batch.clear()
+        else:
+            while batch and len(documents) < length:
+                documents.append(batch.popleft())
+    return documents
