@@ -3,6 +3,7 @@
 
     python3 devtools/dev.py demo    # the main job: a demo (see README.rst)
     python3 devtools/dev.py test    # ruff, mypy --strict, the whole test suite
+    python3 devtools/dev.py durations  # each test's time, by which ``test`` cuts its groups
     python3 devtools/dev.py pymongo-matrix  # the PyMongo releases, the compiled build
     python3 devtools/dev.py compile # the optional compiled build, into build/mypyc
     python3 devtools/dev.py bench   # the benchmarks (not part of the tests); --quick
@@ -20,6 +21,11 @@ Needs only Python 3.11+ with venv and pip. The virtual environment lives in
 constraints.txt change; it gets exactly the versions constraints.txt pins (the
 lock: the versions last known green). Extra arguments after ``test`` go to
 pytest; after ``demo`` and ``bench``, to the demo and to benchmarks/bench.py.
+
+``test`` without arguments runs the suite as TEST_GROUPS pytest processes at once
+(pytest-split cuts the groups by tests/durations.json, which ``durations`` writes anew
+from a whole run in one process), each group's output in ``build/logs``, and closes with
+the groups' counts added up; with arguments it runs one pytest with them.
 
 ``pymongo-matrix`` runs the greenpool.pymongo tests and the connection string
 tests again on every other release of PYMONGO_MATRIX (the latest patch of each
@@ -106,8 +112,15 @@ COMPILED_TESTS = ("tests/test_compiled.py", "tests/test_client.py", "tests/test_
 #: How many runs of a matrix (PyMongo, gevent, Python) run at once: their tests mostly wait
 #: on servers and timers, so two share a 2-core machine ($GREENPOOL_MATRIX_JOBS overrides).
 MATRIX_JOBS = int(os.environ.get("GREENPOOL_MATRIX_JOBS", "2"))
-#: Each matrix run's output.
+#: Each matrix run's output, and each group's of the test command.
 LOGS = ROOT / "build" / "logs"
+#: How many pytest processes the test command runs at once, each a group of the suite
+#: (pytest-split): its tests mostly wait on servers and timers, so two groups nearly halve
+#: its time on a 2-core machine ($GREENPOOL_TEST_GROUPS overrides; 1 runs one pytest).
+TEST_GROUPS = int(os.environ.get("GREENPOOL_TEST_GROUPS", "2"))
+#: What each test took in a whole run, by which pytest-split balances the groups
+#: (``durations`` writes it anew).
+DURATIONS = ROOT / "tests" / "durations.json"
 #: The Python releases setup.cfg names (tests/test_packaging.py checks they agree): the
 #: test command runs on the one running this script, ``python-matrix`` on the others.
 PYTHON_MATRIX = ("3.11", "3.12", "3.13")
@@ -205,7 +218,53 @@ def test(args: list[str]) -> None:
     run(PYTHON, "-m", "ruff", "check", ".")
     run(PYTHON, "-m", "mypy", "--strict", "greenpool")
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
-    run(PYTHON, "-m", "pytest", *args, env=env)
+    if args or TEST_GROUPS == 1:
+        run(PYTHON, "-m", "pytest", *args, env=env)
+    else:
+        test_groups(env)
+
+
+def test_groups(env: dict[str, str]) -> None:
+    """The whole suite as TEST_GROUPS pytest processes at once, each a group that
+    pytest-split cuts from the suite by the recorded durations: each process starts its
+    own servers on free ports and shares nothing with the others. Ends with the groups'
+    counts added up, and exits non-zero if any group failed."""
+    started = time.monotonic()
+    jobs = [Job(f"test-group-{group}", [
+        PYTHON, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--splits={TEST_GROUPS}",
+        f"--group={group}", "--splitting-algorithm=duration_based_chunks",
+        f"--durations-path={DURATIONS.relative_to(ROOT)}"], env)
+        for group in range(1, TEST_GROUPS + 1)]
+    rows = run_jobs(jobs, at_once=TEST_GROUPS)
+    totals: dict[str, int] = {}
+    loud: list[str] = []
+    for job in jobs:
+        lines = (LOGS / f"{job.name}.log").read_text(errors="replace").splitlines()
+        for count, what in PYTEST_COUNT.findall(summary_line(lines)):
+            what = {"error": "errors", "warning": "warnings"}.get(what, what)
+            totals[what] = totals.get(what, 0) + int(count)
+        loud += [line for line in lines if line.startswith("!!! ") and line not in loud]
+    print("\n".join(loud), flush=True)
+    # pytest-split deselects each group's share of the others: not a count of the suite.
+    rest = ", ".join(f"{count} {what}" for what, count in sorted(totals.items())
+                     if what not in ("passed", "failed", "deselected"))
+    elapsed = time.monotonic() - started
+    # The plain closing line ("N passed, N failed"), then how long the groups took.
+    print(f"tests: {totals.get('passed', 0)} passed, {totals.get('failed', 0)} failed"
+          + (f", {rest}" if rest else ""))
+    print(f"({len(jobs)} groups at once, in {elapsed / 60:.1f} min; the longest group "
+          f"{max(seconds for _, _, seconds in rows) / 60:.1f} min)", flush=True)
+    if any(code for _, code, _ in rows):
+        sys.exit(1)
+
+
+def durations(args: list[str]) -> None:
+    """Run the whole suite in one process and write what each test took to DURATIONS,
+    by which the test command cuts its groups (``args`` go to pytest)."""
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    run(PYTHON, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--store-durations",
+        "--clean-durations", f"--durations-path={DURATIONS.relative_to(ROOT)}", *args,
+        env=env)
 
 
 def pymongo_matrix(args: list[str]) -> None:
@@ -249,16 +308,16 @@ class Job(NamedTuple):
     env: dict[str, str]
 
 
-def run_jobs(jobs: list[Job]) -> list[tuple[str, int, float]]:
-    """Run ``jobs``, MATRIX_JOBS at a time, each with its output in ``build/logs/NAME.log``;
-    as each ends, say how, with the tail of its log if it failed. Returns (name, exit
-    status, seconds) rows in the order of ``jobs``."""
+def run_jobs(jobs: list[Job], at_once: int = MATRIX_JOBS) -> list[tuple[str, int, float]]:
+    """Run ``jobs``, ``at_once`` at a time, each with its output in ``build/logs/NAME.log``;
+    as each ends, say how, with what its log says of a failure if it failed. Returns (name,
+    exit status, seconds) rows in the order of ``jobs``."""
     LOGS.mkdir(parents=True, exist_ok=True)
     waiting = list(jobs)
     running: dict[str, tuple[subprocess.Popen[bytes], float, Any]] = {}
     rows: dict[str, tuple[str, int, float]] = {}
     while waiting or running:
-        while waiting and len(running) < MATRIX_JOBS:
+        while waiting and len(running) < at_once:
             job = waiting.pop(0)
             log = open(LOGS / f"{job.name}.log", "wb")  # noqa: SIM115 (closed when it ends)
             print(f"+ {job.name}: {' '.join(str(a) for a in job.command)}", flush=True)
@@ -278,12 +337,27 @@ def run_jobs(jobs: list[Job]) -> list[tuple[str, int, float]]:
             print(f"  {name}: {verdict} in {seconds:.0f} s: {summary_line(lines)} "
                   f"(log: {(LOGS / f'{name}.log').relative_to(ROOT)})", flush=True)
             if process.returncode:
-                print("\n".join(lines[-80:]), flush=True)
+                print("\n".join(failure_lines(lines)), flush=True)
     return [rows[job.name] for job in jobs]
+
+
+def failure_lines(lines: list[str]) -> list[str]:
+    """What a failed run's log says of its failures: the 80 lines before pytest's short
+    summary (the last traceback's end), then the summary's failures and errors, not its
+    skips; a log without a short summary (a crash), its last 80 lines."""
+    marker = next((number for number, line in enumerate(lines)
+                   if "short test summary info" in line), None)
+    if marker is None:
+        return lines[-80:]
+    summary = [line for line in lines[marker:] if line.startswith(("FAILED", "ERROR"))]
+    return [*lines[max(0, marker - 80):marker + 1], *summary, summary_line(lines)]
 
 
 #: pytest's closing line ("3 passed, 1 failed in 2.50s").
 PYTEST_SUMMARY = re.compile(r"\b\d+ (passed|failed|errors?|deselected)\b.* in [\d.]+s\b")
+#: Each count of that line.
+PYTEST_COUNT = re.compile(r"\b(\d+) (passed|failed|skipped|deselected|xfailed|xpassed|errors?"
+                          r"|warnings?)\b")
 
 
 def summary_line(lines: list[str]) -> str:
@@ -582,9 +656,10 @@ def pymongo_releases_beyond_matrix(python: Path) -> list[str]:
 
 
 JOBS = {"bench": bench, "compile": compile_build, "cooperative": cooperative, "demo": demo,
-        "drift": drift, "faults": faults, "gevent-matrix": gevent_matrix, "lock": lock,
-        "pymongo-matrix": pymongo_matrix, "pymongo-suite": pymongo_suite,
-        "python-matrix": python_matrix, "slow": slow, "test": test}
+        "drift": drift, "durations": durations, "faults": faults,
+        "gevent-matrix": gevent_matrix, "lock": lock, "pymongo-matrix": pymongo_matrix,
+        "pymongo-suite": pymongo_suite, "python-matrix": python_matrix, "slow": slow,
+        "test": test}
 
 
 def main() -> None:
