@@ -168,7 +168,7 @@ def contender(name: str, uri: str, pool_size: int,
     """One contender's operations by workload ``op``; ``listener`` None: none attached."""
     listeners = [] if listener is None else [listener]
     if name.startswith("greenpool") and not name.startswith("greenpool.pymongo"):
-        from greenpool.client.api.client import Client
+        from greenpool import Client
 
         with Client(with_options(uri, maxPoolSize=pool_size),
                     event_listeners=listeners) as client:
@@ -252,7 +252,7 @@ def run_floor(uri: str, spec: dict[str, Any], total: int) -> dict[str, Any]:
     """No pool: pool-size raw links, one greenlet each, back-to-back commands."""
     import gevent
 
-    from greenpool.client.config.uri import parse_uri
+    from greenpool import parse_uri
     from greenpool.wire.connector import connect
     from greenpool.wire.link import LinkOptions
 
@@ -485,7 +485,7 @@ def median_result(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def seed(uri: str) -> None:
-    from greenpool.client.api.client import Client
+    from greenpool import Client
 
     with Client(uri) as client:
         for name in (COLLECTION, INSERTS):

@@ -107,7 +107,7 @@ def run(uri: str, args: argparse.Namespace) -> None:
     from pymongo import MongoClient
 
     import greenpool
-    from greenpool.client.config.uri import parse_uri
+    from greenpool import parse_uri
     from greenpool.wire.connector import connect
     from greenpool.wire.link import LinkOptions
 

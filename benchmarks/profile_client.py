@@ -55,7 +55,7 @@ def main() -> None:
     try:
         from greenpool.testing import EmbeddedServer
     except ImportError:  # the greenpool of an older tree (instructions.py --against)
-        from greenpool.testing.embedded import EmbeddedServer  # type: ignore[attr-defined,no-redef]
+        from greenpool.cli.embedded import EmbeddedServer  # type: ignore[attr-defined,no-redef]
 
     with EmbeddedServer(replica_set=args.replset) as server:
         if len(cpus) >= 2:
@@ -70,8 +70,8 @@ def profile(uri: str, args: argparse.Namespace) -> None:
     import gevent
     from pymongo import monitoring
 
-    from greenpool.client.api.client import Client
-    from greenpool.client.config.uri import parse_uri
+    # Public names: --against runs this script with another tree's greenpool.
+    from greenpool import Client, parse_uri
     from greenpool.wire.connector import connect
     from greenpool.wire.link import LinkOptions
 
