@@ -21,6 +21,7 @@ from greenpool.address import Address, format_address
 __all__ = [
     "ConfigurationError",
     "DiscoveryError",
+    "OptionTypeError",
     "PoolClearedError",
     "PoolClosedError",
     "WaitQueueTimeoutError",
@@ -29,6 +30,16 @@ __all__ = [
 
 class ConfigurationError(_pymongo_errors.ConfigurationError, ValueError):
     """An option has a bad name, type or value; the message names it."""
+
+    __module__ = "greenpool"
+
+
+class OptionTypeError(ConfigurationError, TypeError):
+    """An option's value is of a type it cannot take; the message names it.
+
+    A :class:`ConfigurationError`, and a ``TypeError`` as PyMongo's
+    MongoClient raises for the same argument, so that either ``except``
+    clause catches it."""
 
     __module__ = "greenpool"
 

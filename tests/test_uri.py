@@ -621,10 +621,13 @@ BAD_VALUES: dict[str, tuple[str, str, str] | None] = {
     "tlsCRLFile": ("/no/such.pem", "'/no/such.pem'",
                    "cannot read the file: no such file (No such file or directory)"),
     "tlsCertificateKeyFilePassword": None,
+    "fsync": ("sure", "'sure'", BOOLEAN),
+    "connect": ("later", "'later'", BOOLEAN),
+    "waitQueueMultiple": ("-2", "'-2'", "expected a whole number >= 0"),
 }
 # A bad value of these raises: going on without it would connect differently.
 STRICT = {"authMechanism", "authSource", "authMechanismProperties", "tlsCAFile",
-          "tlsCertificateKeyFile", "tlsCRLFile", "w", "wTimeoutMS", "journal",
+          "tlsCertificateKeyFile", "tlsCRLFile", "w", "wTimeoutMS", "journal", "fsync",
           "readConcernLevel"}
 
 
@@ -858,5 +861,5 @@ def test_the_client_takes_codec_and_uri_keywords() -> None:
         assert client.write_concern.document == {"w": "majority"}
         assert client.codec_options.tz_aware is True
         assert client.codec_options.uuid_representation == 4
-    with pytest.raises(TypeError, match="'connect'"):
-        greenpool.Client("mongodb://127.0.0.1:1/", connect=False)
+    with pytest.raises(TypeError, match=r"'conect'.*did you mean connect"):
+        greenpool.Client("mongodb://127.0.0.1:1/", conect=False)

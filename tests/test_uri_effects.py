@@ -75,6 +75,8 @@ def acts(pki: Pki) -> dict[str, tuple[str, Check]]:
         "w": ("2", lambda c: c.write_concern.document == {"w": 2}),
         "wTimeoutMS": ("100", lambda c: c.write_concern.document == {"wtimeout": 100}),
         "journal": ("true", lambda c: c.write_concern.document == {"j": True}),
+        "fsync": ("true", lambda c: c.write_concern.document == {"fsync": True}),
+        "connect": ("false", lambda c: not c.topology.started),
         "uuidRepresentation": ("standard",
                                lambda c: c.codec_options.uuid_representation == 4),
         "authMechanism": ("SCRAM-SHA-1", lambda c: link(c).credentials.mechanism
@@ -142,8 +144,13 @@ def test_a_wrong_key_password_refuses_the_client(pki: Pki) -> None:
             CLIENT_KEY_PASSWORD, "wrong"))
 
 
-@pytest.mark.parametrize("key", sorted(inert.INERT))
-@pytest.mark.parametrize("value", ["true", "false"])
+# What each inert option takes; the others are booleans.
+INERT_VALUES = {"waitqueuemultiple": ("0", "4")}
+
+
+@pytest.mark.parametrize(("key", "value"), [
+    (key, value) for key in sorted(inert.INERT)
+    for value in INERT_VALUES.get(key, ("true", "false"))])
 def test_an_inert_option_warns_naming_itself_and_why(key: str, value: str) -> None:
     name, why = inert.INERT[key]
     client, warned = make(f"{name}={value}")

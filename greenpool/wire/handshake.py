@@ -115,8 +115,12 @@ def _platform() -> str:
     )
 
 
-def client_metadata(app_name: str | None = None) -> dict[str, Any]:
-    """The handshake's ``client`` document, within :data:`MAX_METADATA_SIZE`.
+def client_metadata(app_name: str | None = None,
+                    driver: tuple[str | None, str | None, str | None] | None = None,
+                    ) -> dict[str, Any]:
+    """The handshake's ``client`` document, within :data:`MAX_METADATA_SIZE`;
+    a wrapping library's ``driver`` ``(name, version, platform)`` joins
+    greenpool's with ``|``, as the handshake spec says.
 
     >>> sorted(client_metadata("billing"))
     ['application', 'driver', 'os', 'platform']
@@ -128,6 +132,13 @@ def client_metadata(app_name: str | None = None) -> dict[str, Any]:
     metadata["driver"] = {"name": "greenpool", "version": __version__}
     metadata["os"] = dict(_os_fields())
     metadata["platform"] = _platform()
+    if driver is not None:
+        name, version, platform_text = driver
+        for field, key, value in (("driver", "name", name), ("driver", "version", version)):
+            if value:
+                metadata[field][key] = f"{metadata[field][key]}|{value}"
+        if platform_text:
+            metadata["platform"] = f"{metadata['platform']}|{platform_text}"
     return trim_metadata(metadata)
 
 
@@ -213,6 +224,8 @@ def hello_command(
     compressors: Iterable[str] = (),
     load_balanced: bool = False,
     auth_fields: Mapping[str, Any] | None = None,
+    driver: tuple[str | None, str | None, str | None] | None = None,
+    server_api: Iterable[tuple[str, object]] = (),
 ) -> dict[str, Any]:
     """The initial handshake command for a new connection.
 
@@ -223,10 +236,14 @@ def hello_command(
     ``compressors`` are the ones the client offers, in order of preference
     (``compression`` is left out when there are none);
     ``auth_fields`` come from :func:`greenpool.wire.auth.handshake_fields`
-    (``saslSupportedMechs``, ``speculativeAuthenticate``).
+    (``saslSupportedMechs``, ``speculativeAuthenticate``). With ``server_api``
+    (the Stable API's fields) it is ``hello`` with them, for OP_MSG.
     """
-    command: dict[str, Any] = {"hello" if load_balanced else "isMaster": 1, "helloOk": True}
-    command["client"] = client_metadata(app_name)
+    api = dict(server_api)
+    name = "hello" if load_balanced or api else "isMaster"
+    command: dict[str, Any] = {name: 1, "helloOk": True}
+    command.update(api)
+    command["client"] = client_metadata(app_name, driver)
     # The Client Backpressure spec: greenpool backs off from overload errors.
     command["backpressure"] = True
     offered = list(compressors)

@@ -260,9 +260,11 @@ class Link:
             compressors=options.compressors,
             load_balanced=options.load_balanced,
             auth_fields=auth_fields,
+            driver=options.driver,
+            server_api=options.server_api,
         )
         try:
-            if options.load_balanced:
+            if options.load_balanced or options.server_api:
                 reply = self.command("admin", command)
             else:
                 reply = check_reply(self._legacy_command("admin", command))

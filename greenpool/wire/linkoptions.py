@@ -55,6 +55,13 @@ class LinkOptions:
     OP_MSG with ``loadBalanced: true`` and the server must answer with a
     ``serviceId``.
 
+    ``driver`` is a wrapping library's ``(name, version, platform)`` (PyMongo's
+    :class:`~pymongo.driver_info.DriverInfo` is one), added to the
+    handshake's metadata after greenpool's. ``server_api`` holds the Stable
+    API's fields (``(("apiVersion", "1"), ("apiStrict", True))``; empty: no
+    API version declared): the handshake then goes over OP_MSG as ``hello``
+    with them, as the Versioned API spec says.
+
     The repr never shows the password (:class:`~greenpool.wire.auth.Credentials`
     hides it).
     """
@@ -68,6 +75,8 @@ class LinkOptions:
     zlib_compression_level: int = -1
     credentials: Credentials | None = None
     load_balanced: bool = False
+    driver: tuple[str | None, str | None, str | None] | None = None
+    server_api: tuple[tuple[str, object], ...] = ()
 
     def __post_init__(self) -> None:
         check_timeout("connect_timeout", self.connect_timeout)

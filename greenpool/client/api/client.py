@@ -77,16 +77,18 @@ nothing of this module.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import gevent
-from bson.codec_options import CodecOptions
+from bson.codec_options import CodecOptions, TypeRegistry
 from pymongo import monitoring as _m
 from pymongo.client_session import TransactionOptions  # type: ignore[attr-defined]
+from pymongo.driver_info import DriverInfo
 from pymongo.errors import InvalidOperation, NetworkTimeout
 from pymongo.read_concern import ReadConcern
 from pymongo.read_preferences import _ServerMode
+from pymongo.server_api import ServerApi
 from pymongo.server_type import SERVER_TYPE
 from pymongo.topology_description import TOPOLOGY_TYPE, TopologyDescription
 from pymongo.write_concern import WriteConcern
@@ -96,9 +98,10 @@ from greenpool.client.api.cursor import Cursor
 from greenpool.client.api.database import CACHED_NAMES, Database, Defaults
 from greenpool.client.api.findcursor import CommandCursor
 from greenpool.client.config import readpref
-from greenpool.client.config.codecs import check_codec_options, split_keywords
+from greenpool.client.config.arguments import api_fields, read_arguments
+from greenpool.client.config.codecs import check_codec_options
 from greenpool.client.config.inert import warn_inert_options
-from greenpool.client.config.uri import ClientSettings, parse_uri
+from greenpool.client.config.settings import ClientSettings
 from greenpool.client.operations.commands import CommandPublisher
 from greenpool.client.operations.concern import (
     check_read_concern,
@@ -130,24 +133,34 @@ __all__ = ["Client", "ReadPreferenceLike", "link_options"]
 #: (``pymongo.ReadPreference.SECONDARY``), a mode name, or a document.
 ReadPreferenceLike = _ServerMode | str | Mapping[str, Any]
 
-_LISTENER_TYPES = (
-    _m.CommandListener, _m.ConnectionPoolListener, _m.ServerListener,
-    _m.ServerHeartbeatListener, _m.TopologyListener,
-)
-
 
 class Client:
     """A client for a MongoDB deployment: a standalone server, a replica set, a
     sharded cluster or a load balancer.
 
-    :param uri: a ``mongodb://`` or ``mongodb+srv://`` connection string:
-        the seed hosts (discovery finds the rest), ``replicaSet``,
-        ``directConnection`` (false by default: one host is discovered like
-        several, unless ``directConnection=true``) or ``loadBalanced=true``.
-        Pool options (maxPoolSize, minPoolSize, maxConnecting, maxIdleTimeMS,
-        waitQueueTimeoutMS; per server), timeouts, TLS, credentials, appName,
-        compressors, heartbeatFrequencyMS, serverMonitoringMode and
-        localThresholdMS come from it.
+    Its arguments are PyMongo's MongoClient's
+    (:mod:`greenpool.client.config.arguments` checks them):
+
+    :param host: a ``mongodb://`` or ``mongodb+srv://`` connection string,
+        a host (``"db1"``, ``"db1:27018"``, ``"db1,db2"``), or a list of
+        hosts with at most one connection string among them; None:
+        ``localhost``. The seeds: discovery finds the rest (one host without
+        ``directConnection=true`` is discovered like several).
+        ``replicaSet``, ``loadBalanced=true``, pool options (maxPoolSize,
+        minPoolSize, maxConnecting, maxIdleTimeMS, waitQueueTimeoutMS; per
+        server), timeouts, TLS, credentials, appName, compressors,
+        heartbeatFrequencyMS, serverMonitoringMode and localThresholdMS come
+        from the string or from keyword arguments of the same names.
+    :param port: the port of every host written without one (the
+        connection string's too); None: 27017.
+    :param document_class, tz_aware, type_registry: codec options, as
+        PyMongo's (more are keywords: ``tzinfo``, ``uuidRepresentation``,
+        ``datetime_conversion``, ``unicode_decode_error_handler``; see
+        :mod:`greenpool.client.config.codecs`).
+    :param connect: False (or ``connect=false`` in the connection string):
+        start no monitor and no greenlet until the first operation, for a
+        client made before the process forks (a gunicorn app preloaded in
+        the arbiter). None or True: start monitoring at once.
     :param event_listeners: PyMongo listener objects: CommandListener,
         ConnectionPoolListener, ServerListener, ServerHeartbeatListener,
         TopologyListener.
@@ -161,14 +174,24 @@ class Client:
         checked out for longer, once per checkout (see :class:`greenpool.Pool`).
         greenpool's own setting, never a connection string option.
 
-    :param keywords: PyMongo's codec options for the collection API
-        (``document_class``, ``tz_aware``, ``tzinfo``, ``uuidRepresentation``,
-        ``type_registry``, ``datetime_conversion``,
-        ``unicode_decode_error_handler``; see :mod:`greenpool.client.config.codecs`),
-        and connection string options, as PyMongo's MongoClient takes them
-        (``maxPoolSize=20``, ``w="majority"``, ``retryWrites=False``): checked
-        as the URI's are, and winning over them; an unknown name is a
-        TypeError.
+    :param kwargs: connection string options, as PyMongo's MongoClient
+        takes them (``maxPoolSize=20``, ``w="majority"``,
+        ``retryWrites=False``; names in any case), checked as the URI's are
+        and winning over them; and PyMongo's keyword-only options:
+        ``username`` and ``password`` (winning over the URI's),
+        ``read_preference`` (a PyMongo read preference object),
+        ``server_api`` (a :class:`~pymongo.server_api.ServerApi`: the Stable
+        API's fields go with every command, the handshake is ``hello`` over
+        OP_MSG), ``driver`` (a :class:`~pymongo.driver_info.DriverInfo`,
+        added to the handshake's metadata) and ``server_selector`` (as
+        PyMongo's: given the suitable servers' descriptions, returns those
+        allowed). A wrong type is a :class:`~greenpool.OptionTypeError` (a
+        ``TypeError`` too), a bad value a :class:`~greenpool.ConfigurationError`
+        (a ``ValueError`` too), an unknown name an ``OptionTypeError``; each
+        names the option. What greenpool.Client cannot do
+        (``auto_encryption_opts``: client-side encryption is
+        greenpool.pymongo's) is refused, saying so
+        (:data:`greenpool.client.config.arguments.REFUSED`).
 
     The collection API is PyMongo's: ``client["shop"]`` or ``client.shop`` is
     a :class:`~greenpool.client.api.database.Database`, whose collections have
@@ -181,16 +204,21 @@ class Client:
         SCRAM).
     """
 
-    def __init__(self, uri: str, *, event_listeners: Iterable[object] = (),
-                 acquire_sites: bool | None = None,
-                 long_hold_threshold: float | None = None, **keywords: Any) -> None:
-        codec_keywords, uri_keywords = split_keywords(keywords)
-        settings = parse_uri(uri, uri_keywords)
+    def __init__(self, host: str | Sequence[str] | None = None, port: int | None = None,
+                 document_class: type[Any] | None = None, tz_aware: bool | None = None,
+                 connect: bool | None = None, type_registry: TypeRegistry | None = None, *,
+                 acquire_sites: bool | None = None, long_hold_threshold: float | None = None,
+                 **kwargs: Any) -> None:
+        arguments = read_arguments(host, port, {
+            "document_class": document_class, "tz_aware": tz_aware, "connect": connect,
+            "type_registry": type_registry, **kwargs})
+        settings = arguments.settings
         self.settings = settings
-        self._defaults = Defaults(settings, codec_keywords)
+        self._defaults = Defaults(settings, arguments.codec_keywords)
         warn_inert_options(settings)
-        listeners = _check_listeners(event_listeners)
-        self._link_options = link_options(settings)
+        listeners = list(arguments.event_listeners)
+        self._link_options = link_options(settings, driver=arguments.driver,
+                                          server_api=arguments.server_api)
         pool_listeners = [x for x in listeners if isinstance(x, _m.ConnectionPoolListener)]
         self._default_read_preference = settings.read_preference_object()
         connector = _bounded_connector(make_connector(self._link_options))
@@ -206,14 +234,17 @@ class Client:
             direct=settings.direct_connection, replica_set=settings.replica_set,
             heartbeat_frequency=settings.heartbeat_frequency,
             server_selection_timeout=settings.server_selection_timeout,
-            local_threshold=settings.local_threshold, listeners=listeners)
+            local_threshold=settings.local_threshold, listeners=listeners,
+            server_selector=arguments.server_selector)
         self._operations = Operations(
             self.topology, CommandPublisher(listeners), timeout=settings.timeout,
             retry_reads=settings.retry_reads, retry_writes=settings.retry_writes,
-            max_adaptive_retries=settings.max_adaptive_retries)
+            max_adaptive_retries=settings.max_adaptive_retries,
+            server_api=dict(self._link_options.server_api))
         monitor_options = monitor_link_options(self._link_options)
         self.topology.open(lambda server: LinkChecker(server.address, monitor_options),
-                           monitoring_mode=settings.server_monitoring_mode)
+                           monitoring_mode=settings.server_monitoring_mode,
+                           deferred=not arguments.connect)
         if settings.srv_host is not None and not settings.load_balanced:
             # SRV polling (mongos discovery): the poller applies srvMaxHosts.
             self.topology.poll_srv(SrvPoller.for_settings(
@@ -283,6 +314,7 @@ class Client:
     def pools(self) -> dict[Address, Pool[Link]]:
         """Each server's pool, by address, now (servers come and go as
         discovery finds and drops them)."""
+        self.topology.start()  # connect=False: the servers open now
         return {address: server.pool for address, server in self.topology.servers.items()}
 
     @property
@@ -616,6 +648,7 @@ class Client:
                 if s.server_type == server_type}
 
     def _only_server(self, what: str) -> Server:
+        self.topology.start()  # connect=False: the servers open now
         servers = self.topology.servers
         if len(servers) != 1:
             raise InvalidOperation(
@@ -666,10 +699,14 @@ def _listing(addresses: Iterable[Address]) -> str:
     return ", ".join(format_address(address) for address in addresses)
 
 
-def link_options(settings: ClientSettings) -> LinkOptions:
+def link_options(settings: ClientSettings, *, driver: DriverInfo | None = None,
+                 server_api: ServerApi | None = None) -> LinkOptions:
     """The options of the Client's pooled connections, from its URI's
-    settings (the check tool connects with them too)."""
+    settings (the check tool connects with them too), a wrapping library's
+    ``driver`` information and the Stable API's ``server_api``."""
     return LinkOptions(
+        driver=driver,
+        server_api=() if server_api is None else api_fields(server_api),
         connect_timeout=settings.connect_timeout,
         socket_timeout=settings.socket_timeout,
         ssl_context=settings.ssl_context(),
@@ -723,17 +760,6 @@ def _credentials(settings: ClientSettings) -> LinkCredentials | None:
             f"SCRAM-SHA-256 and SCRAM-SHA-1 need one)")
     return LinkCredentials(given.username, given.password.reveal(), given.source,
                            given.mechanism, given.mechanism_properties)
-
-
-def _check_listeners(listeners: Iterable[object]) -> list[object]:
-    checked = list(listeners)
-    for listener in checked:
-        if not isinstance(listener, _LISTENER_TYPES):
-            raise TypeError(
-                f"event_listeners must be PyMongo listeners (CommandListener, "
-                f"ConnectionPoolListener, ServerListener, ServerHeartbeatListener, "
-                f"TopologyListener), not {listener!r}")
-    return checked
 
 
 def _may_use_secondary(command: Mapping[str, Any]) -> bool:

@@ -25,7 +25,7 @@ from typing import Any
 from bson.binary import UuidRepresentation
 from bson.codec_options import DEFAULT_CODEC_OPTIONS, CodecOptions, DatetimeConversion
 
-__all__ = ["KEYWORDS", "check_codec_options", "client_codec_options", "split_keywords",
+__all__ = ["KEYWORDS", "check_codec_options", "client_codec_options",
            "write_reply_options"]
 
 #: The codec keyword arguments a Client takes, as PyMongo's MongoClient does.
@@ -45,29 +45,12 @@ UUID_REPRESENTATIONS: Mapping[str, int] = {
 _FIELDS = {"uuidRepresentation": "uuid_representation"}
 
 
-def split_keywords(keywords: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """A Client's keyword arguments, as ``(codec keywords, the rest)``: the
-    rest are connection string options (:func:`greenpool.client.config.uri.parse_uri`
-    checks them). ``uuidRepresentation`` is a codec keyword in any case, as
-    PyMongo's option names are."""
-    codec: dict[str, Any] = {}
-    rest: dict[str, Any] = {}
-    for name, value in keywords.items():
-        if name in KEYWORDS:
-            codec[name] = value
-        elif name.lower() == "uuidrepresentation":
-            codec["uuidRepresentation"] = value
-        else:
-            rest[name] = value
-    return codec, rest
-
-
 def client_codec_options(uri_uuid_representation: str | None,
                          keywords: Mapping[str, Any]) -> CodecOptions[Any]:
     """The client's codec options: the connection string's
     uuidRepresentation (a name, as the URI parser checked it) under the
-    codec ``keywords`` given to the Client (:func:`split_keywords` took them
-    out of the Client's keyword arguments)."""
+    codec ``keywords`` given to the Client (:mod:`greenpool.client.config.arguments`
+    took them out of the Client's keyword arguments)."""
     if not keywords and uri_uuid_representation in (None, "unspecified"):
         return DEFAULT_CODEC_OPTIONS
     fields: dict[str, Any] = {}

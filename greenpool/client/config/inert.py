@@ -27,6 +27,10 @@ INERT = {
         "tlsDisableCertificateRevocationCheck",
         "greenpool.Client checks revocation only against tlsCRLFile, and always does when "
         "it is given"),
+    "waitqueuemultiple": (
+        "waitQueueMultiple",
+        "PyMongo 4 removed it, and greenpool's wait queue has no bound on waiters but "
+        "waitQueueTimeoutMS"),
 }
 
 # Options that only mean something with a user name in the connection string.

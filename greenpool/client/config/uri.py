@@ -20,8 +20,9 @@ A connection string is read in this module's order:
    or write differently; then the same options given as keyword arguments
    (``greenpool.Client(uri, maxPoolSize=20, w="majority")``, as PyMongo's
    MongoClient takes them), which win over the connection string's, through
-   the same table: there a bad value raises, and an unknown name is a
-   TypeError;
+   the same table: there a bad value raises, a value of the wrong type
+   raises :class:`~greenpool.OptionTypeError` (also a ``TypeError``, as
+   PyMongo's), and so does an unknown name;
 4. for ``mongodb+srv://``, the SRV and TXT records (looked up through
    :mod:`greenpool.client.config.dns`) and the seedlist rules;
 5. the rules across options (:func:`_check_combinations`);
@@ -53,7 +54,7 @@ import re
 import stat
 import time
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Final, NoReturn
@@ -61,7 +62,7 @@ from urllib.parse import unquote, unquote_plus
 
 from pymongo import errors as _pymongo_errors
 
-from greenpool.address import Address, format_address, parse_address
+from greenpool.address import DEFAULT_PORT, Address, format_address, parse_address
 from greenpool.client.config import dns
 from greenpool.client.config.settings import (
     DEFAULT_CONNECT_TIMEOUT,
@@ -70,12 +71,13 @@ from greenpool.client.config.settings import (
     Credentials,
     Secret,
 )
-from greenpool.errors import ConfigurationError
+from greenpool.errors import ConfigurationError, OptionTypeError
 from greenpool.pool.options import PoolOptions
 
 __all__ = [
-    "ClientSettings", "Credentials", "InvalidURIError", "Secret", "in_srv_domain", "parse_uri",
-    "redact_uri", "srv_domain", "uri_secrets",
+    "OPTION_NAMES", "ClientSettings", "Credentials", "InvalidURIError", "Secret",
+    "client_settings",
+    "in_srv_domain", "parse_uri", "redact_uri", "srv_domain", "uri_secrets",
 ]
 
 _SCHEMES: Final = ("mongodb://", "mongodb+srv://")
@@ -118,12 +120,30 @@ string names 2: a:27017,b:27017
     """
     if not isinstance(uri, str):
         raise ConfigurationError(f"a connection string must be a str, not {type(uri).__name__}")
-    reader = _Reader(uri, keywords or {})
+    return _read(_Reader(uri, keywords or {}))
+
+
+def client_settings(uri: str | None, keywords: Mapping[str, Any], *,
+                    hosts: Sequence[str] = (), port: int = DEFAULT_PORT,
+                    username: str | None = None, password: str | None = None) -> ClientSettings:
+    """The settings of a Client given as PyMongo's MongoClient takes them:
+    ``uri`` (None: the client was given none), ``hosts`` given beside it
+    (``"a"``, ``"a:27018,b"``, ``"[::1]:27019"``), ``port`` for every host
+    written without one (the URI's too, as PyMongo's), ``username`` and
+    ``password`` (None: not given) winning over the URI's user information,
+    and the connection string options of ``keywords`` as :func:`parse_uri`
+    takes them."""
+    return _read(_Reader(uri, keywords, hosts=hosts, port=port, username=username,
+                         password=password))
+
+
+def _read(reader: _Reader) -> ClientSettings:
     try:
         return reader.read()
     finally:
         for message in reader.warnings:
-            warnings.warn(message, UserWarning, stacklevel=2)
+            # At the user's call: parse_uri's caller, or the Client's.
+            warnings.warn(message, UserWarning, stacklevel=3)
 
 
 # --- 1. the parts --------------------------------------------------------------------
@@ -219,13 +239,14 @@ def _escapes_valid(text: str) -> bool:
     return re.search(r"%(?![0-9A-Fa-f]{2})", text) is None
 
 
-def _hosts(text: str, *, srv: bool) -> tuple[Address, ...]:
+def _hosts(text: str, *, srv: bool, port: int = DEFAULT_PORT,
+           where: str = "the connection string") -> tuple[Address, ...]:
     if not text:
-        raise InvalidURIError("the connection string names no host")
+        raise InvalidURIError(f"{where} names no host")
     items = text.split(",")
     if "" in items:
         raise InvalidURIError(f"the host list {text!r} has an empty host (an extra comma?)")
-    hosts = tuple(_host(item) for item in items)
+    hosts = tuple(_host(item, port) for item in items)
     if srv and len(hosts) != 1:
         raise InvalidURIError(
             f"a mongodb+srv:// connection string names one host, not {len(hosts)}: {text}")
@@ -235,13 +256,18 @@ def _hosts(text: str, *, srv: bool) -> tuple[Address, ...]:
     return hosts
 
 
-def _host(item: str) -> Address:
+def _host(item: str, default_port: int = DEFAULT_PORT) -> Address:
     try:
         host, port = parse_address(unquote(item))
     except ValueError as error:
         raise InvalidURIError(
             f"{error}; a password's ':', '/' or '?' must be percent-encoded") from None
-    return (host, None) if port is None else (host.lower(), port)
+    if port is None:
+        return (host, None)  # a Unix domain socket
+    written = _HOST.fullmatch(item)
+    if written is not None and written.group(2) is None:
+        port = default_port  # no port written: the Client's port= argument, else 27017
+    return (host.lower(), port)
 
 
 def _database(text: str) -> str | None:
@@ -261,13 +287,16 @@ class _Rejected(Exception):
     """A value an option does not take: ``reason`` says what it takes.
 
     ``keep`` is what to use instead when part of the value is good (a list
-    with one unknown item); without it the option is ignored.
+    with one unknown item); without it the option is ignored. ``wrong_type``:
+    the text is not of the option's kind at all (not a whole number, not a
+    boolean), so a keyword argument that is not a str was of the wrong type.
     """
 
-    def __init__(self, reason: str, keep: object = None) -> None:
+    def __init__(self, reason: str, keep: object = None, *, wrong_type: bool = False) -> None:
         super().__init__(reason)
         self.reason = reason
         self.keep = keep
+        self.wrong_type = wrong_type
 
 
 Converter = Callable[[str], Any]
@@ -288,7 +317,7 @@ class _Option:
 
 def _boolean(text: str) -> bool:
     if text not in ("true", "false"):
-        raise _Rejected("expected true or false")
+        raise _Rejected("expected true or false", wrong_type=True)
     return text == "true"
 
 
@@ -305,7 +334,7 @@ def _integer(minimum: int, maximum: int | None = None) -> Converter:
     def convert(text: str) -> int:
         bound = f"from {minimum} to {maximum}" if maximum is not None else f">= {minimum}"
         if not re.fullmatch(r"-?\d+", text):
-            raise _Rejected(f"expected a whole number {bound}")
+            raise _Rejected(f"expected a whole number {bound}", wrong_type=True)
         value = int(text)
         if value < minimum or (maximum is not None and value > maximum):
             raise _Rejected(f"expected a whole number {bound}")
@@ -483,6 +512,7 @@ _OPTIONS: Final = _table(
     _Option("w", _write_concern, strict=True),
     _Option("wTimeoutMS", _integer(0), strict=True),
     _Option("journal", _boolean, strict=True),
+    _Option("fsync", _boolean, strict=True),  # PyMongo's, not the spec's
     _Option("uuidRepresentation", _choice("unspecified", "standard", "pythonLegacy",
                                           "javaLegacy", "csharpLegacy")),
     # Authentication
@@ -501,17 +531,30 @@ _OPTIONS: Final = _table(
     _Option("tlsCertificateKeyFile", _readable_file, strict=True),
     _Option("tlsCertificateKeyFilePassword", _text),
     _Option("tlsCRLFile", _readable_file, strict=True),
+    # PyMongo's, not the spec's
+    _Option("connect", _boolean),
+    _Option("waitQueueMultiple", _integer(0)),
 )
+
+#: Each option's name as written in docs, by lower-case name.
+OPTION_NAMES: Final = {key: option.name for key, option in _OPTIONS.items()}
 
 
 class _Reader:
     """One connection string being read; it gathers the warnings to give."""
 
-    def __init__(self, uri: str, keywords: Mapping[str, Any]) -> None:
+    def __init__(self, uri: str | None, keywords: Mapping[str, Any], *,
+                 hosts: Sequence[str] = (), port: int = DEFAULT_PORT,
+                 username: str | None = None, password: str | None = None) -> None:
         self.uri = uri
         self.keywords = keywords
-        self.secrets = uri_secrets(uri) + tuple(
-            str(value) for name, value in keywords.items() if looks_secret(name) and value)
+        self.hosts = hosts
+        self.port = port
+        self.username = username
+        self.password = password
+        self.secrets = (uri_secrets(uri) if uri is not None else ()) + tuple(
+            str(value) for name, value in keywords.items() if looks_secret(name) and value) + (
+            (password,) if password else ())
         self.warnings: list[str] = []
         #: Options by lower-case name: (name as written, value as written, converted).
         self.options: dict[str, tuple[str, str, Any]] = {}
@@ -526,9 +569,14 @@ class _Reader:
         raise failure
 
     def _read(self) -> ClientSettings:
-        parts = _split(self.uri)
+        parts = _split(self.uri) if self.uri is not None else _Parts(False, None, "", "", "")
         username, password = _userinfo(parts.userinfo)
-        hosts = _hosts(parts.hosts, srv=parts.srv)
+        if self.username is not None:
+            username = self.username
+        if self.password is not None:
+            password = self.password
+        hosts = _hosts(parts.hosts, srv=parts.srv, port=self.port) if self.uri else ()
+        hosts = self._with_given_hosts(hosts, srv=parts.srv)
         database = _database(parts.database)
         self._read_options(parts.query, source=None)
         self._read_keywords()
@@ -538,6 +586,20 @@ class _Reader:
             hosts = self._seedlist(srv_host)
         _check_combinations(self.options, hosts, srv=parts.srv)
         return _settings(self.options, hosts, database, username, password, srv_host)
+
+    def _with_given_hosts(self, hosts: tuple[Address, ...], *, srv: bool) -> tuple[Address, ...]:
+        """The connection string's hosts and those the Client was given beside
+        it, each once."""
+        given = tuple(address for text in self.hosts
+                      for address in _hosts(text, srv=False, port=self.port, where=repr(text)))
+        if srv and given:
+            raise ConfigurationError(
+                f"a mongodb+srv:// connection string takes no other host beside it "
+                f"({', '.join(map(format_address, given))}): its SRV records name the hosts")
+        merged = tuple(dict.fromkeys(hosts + given))
+        if not merged:
+            raise ConfigurationError("the client was given no host")
+        return merged
 
     def warn(self, message: str) -> None:
         self.warnings.append(self.redact(message))
@@ -607,15 +669,16 @@ class _Reader:
                                                  cutoff=0.6)
                 hint = (f"; did you mean {' or '.join(_OPTIONS[n].name for n in near)}?"
                         if near else "")
-                raise TypeError(f"greenpool.Client got an unexpected keyword argument {name!r}: "
-                                f"not a connection string option nor a codec option{hint}")
+                raise OptionTypeError(
+                    f"greenpool.Client got an unexpected keyword argument {name!r}: "
+                    f"not an option of PyMongo's MongoClient nor of greenpool's{hint}")
             if value is None:
                 continue
             shown = _shown(name, str(value)) if isinstance(value, str) else (
                 "'***'" if looks_secret(name) else repr(value))
             texts = _keyword_texts(option, value)
             if texts is None:
-                raise ConfigurationError(
+                raise OptionTypeError(
                     f"keyword argument {name}={shown}: expected a str, a number or a bool"
                     + (", or a list of them" if option.repeats else ""))
             converted: Any = ()
@@ -623,10 +686,11 @@ class _Reader:
                 try:
                     item = option.convert(text)
                 except _Rejected as rejected:
-                    raise ConfigurationError(
-                        f"keyword argument {name}={shown}: {rejected.reason}") from None
+                    error = (OptionTypeError if rejected.wrong_type and not isinstance(value, str)
+                             else ConfigurationError)
+                    raise error(f"keyword argument {name}={shown}: {rejected.reason}") from None
                 if not _same_kind(value, item):
-                    raise ConfigurationError(
+                    raise OptionTypeError(
                         f"keyword argument {name}={shown}: {option.name} takes no "
                         f"{type(value).__name__}")
                 converted = (*converted, item) if option.repeats else item
@@ -827,6 +891,11 @@ def _check_combinations(
     if value("w") == 0 and value("journal"):
         fail(f"{written('w')} and {written('journal')} conflict: an unacknowledged write "
              "(w=0) cannot wait for the journal")
+    if value("w") == 0 and value("fsync"):
+        fail(f"{written('w')} and {written('fsync')} conflict: an unacknowledged write "
+             "(w=0) cannot wait for the disk")
+    if given("journal") and given("fsync"):
+        fail(f"{written('journal')} and {written('fsync')}: give one of them, not both")
     mode = value("readpreference", "primary")
     tags = [t for t in value("readpreferencetags", ()) if t]
     if mode == "primary" and (tags or value("maxstalenessseconds", -1) != -1):

@@ -43,12 +43,14 @@ __all__ = [
 
 
 def make_write_concern(w: int | str | None = None, wtimeout: int | None = None,
-                       journal: bool | None = None) -> WriteConcern:
+                       journal: bool | None = None, fsync: bool | None = None) -> WriteConcern:
     """A write concern from the spec's fields (``w``, ``wtimeoutMS``,
-    ``journal``), checked with greenpool's messages: ``w`` a number of
-    servers >= 0 or a mode name, ``wtimeout`` milliseconds >= 0, ``journal``
-    a bool, and not ``w=0`` with ``journal=True`` (the spec's one
-    inconsistent write concern: ConfigurationError)."""
+    ``journal``) and PyMongo's ``fsync``, checked with greenpool's messages:
+    ``w`` a number of servers >= 0 or a mode name, ``wtimeout`` milliseconds
+    >= 0, ``journal`` and ``fsync`` bools, and not ``w=0`` with
+    ``journal=True`` (the spec's one inconsistent write concern) or
+    ``fsync=True``, nor both journal and fsync (as PyMongo refuses them):
+    ConfigurationError."""
     if w is not None and (isinstance(w, bool) or not isinstance(w, int | str)
                           or (isinstance(w, int) and w < 0)):
         raise ValueError(f"w must be a number of servers >= 0 or a mode name such as "
@@ -59,17 +61,25 @@ def make_write_concern(w: int | str | None = None, wtimeout: int | None = None,
                          f"not {wtimeout!r}")
     if journal is not None and not isinstance(journal, bool):
         raise TypeError(f"journal must be True or False, not {journal!r}")
+    if fsync is not None and not isinstance(fsync, bool):
+        raise TypeError(f"fsync must be True or False, not {fsync!r}")
     if w == 0 and journal:
         raise ConfigurationError("w=0 and journal=True conflict: an unacknowledged write "
                                  "cannot wait for the journal")
-    return WriteConcern(w=w, wtimeout=wtimeout, j=journal)
+    if w == 0 and fsync:
+        raise ConfigurationError("w=0 and fsync=True conflict: an unacknowledged write "
+                                 "cannot wait for the disk")
+    if journal is not None and fsync is not None:
+        raise ConfigurationError(f"journal={journal} and fsync={fsync}: give one of them, "
+                                 "not both")
+    return WriteConcern(w=w, wtimeout=wtimeout, j=journal, fsync=fsync)
 
 
 def from_settings(extra: Mapping[str, Any]) -> tuple[WriteConcern, ReadConcern]:
     """The write and read concern a connection string asks for, from its
     validated options (``ClientSettings.extra``, keyed by lower-case name)."""
     write_concern = make_write_concern(extra.get("w"), extra.get("wtimeoutms"),
-                                       extra.get("journal"))
+                                       extra.get("journal"), extra.get("fsync"))
     return write_concern, ReadConcern(extra.get("readconcernlevel"))
 
 

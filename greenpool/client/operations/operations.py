@@ -158,7 +158,8 @@ class Operations:
 
     def __init__(self, topology: Topology, commands: CommandPublisher, *,
                  timeout: float | None, retry_reads: bool, retry_writes: bool,
-                 max_adaptive_retries: int = DEFAULT_MAX_ADAPTIVE_RETRIES) -> None:
+                 max_adaptive_retries: int = DEFAULT_MAX_ADAPTIVE_RETRIES,
+                 server_api: Mapping[str, Any] | None = None) -> None:
         self.topology = topology
         self.load_balanced = topology.load_balanced
         #: timeoutMS (seconds; None: not set, 0: no limit).
@@ -172,6 +173,10 @@ class Operations:
         self.max_adaptive_retries = max_adaptive_retries
         #: The backoff's jitter, from [0, 1) (Client Backpressure).
         self.jitter: Callable[[], float] = random.random
+        #: The Stable API's fields (apiVersion...), sent with every command
+        #: (the Versioned API spec: getMore and a transaction's commands too);
+        #: None: no API version declared.
+        self.server_api = dict(server_api) if server_api else None
         self._commands = commands
         self._sessions: set[SessionLike] = set()
         self._ended_lsids: list[dict[str, Any]] = []
@@ -396,6 +401,9 @@ class Operations:
             cluster_time = _later(cluster_time, session.cluster_time)
         if cluster_time is not None:
             command["$clusterTime"] = cluster_time
+        api = self.server_api
+        if api is not None:
+            command.update(api)
         events = self._commands
         if not events.listeners:
             # The hot path: no command events, so no request ID or clock of our own.

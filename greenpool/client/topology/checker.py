@@ -58,7 +58,8 @@ def monitor_link_options(options: LinkOptions) -> LinkOptions:
     timeout (Server Monitoring spec)."""
     return LinkOptions(connect_timeout=options.connect_timeout,
                        socket_timeout=options.connect_timeout,
-                       ssl_context=options.ssl_context, app_name=options.app_name)
+                       ssl_context=options.ssl_context, app_name=options.app_name,
+                       driver=options.driver, server_api=options.server_api)
 
 
 class LinkChecker:
@@ -123,6 +124,9 @@ class LinkChecker:
             link.close()
 
     def _hello(self) -> dict[str, Any]:
+        api = self._options.server_api
+        if api:  # the Versioned API spec: hello alone, with the API's fields
+            return {"hello": 1, "helloOk": True, **dict(api)}
         return {"hello" if self._hello_ok else "isMaster": 1, "helloOk": True}
 
     def _accepted(self, reply: dict[str, Any]) -> dict[str, Any]:

@@ -79,6 +79,7 @@ def select_servers(
     heartbeat_frequency: float,
     is_write: bool = False,
     deprioritized: Collection[Address] = (),
+    custom: Callable[[list[ServerDescription]], list[ServerDescription]] | None = None,
 ) -> list[ServerDescription]:
     """The servers that may run the operation: suitable, and inside the latency window.
 
@@ -88,7 +89,9 @@ def select_servers(
     in the command instead). ``local_threshold`` is localThresholdMS and
     ``heartbeat_frequency`` heartbeatFrequencyMS, both in seconds.
     ``deprioritized`` holds the addresses an operation's earlier attempt used:
-    they are chosen only when no other server is suitable.
+    they are chosen only when no other server is suitable. ``custom`` is
+    PyMongo's ``server_selector``: it gets the suitable servers and returns
+    those it allows, before the latency window, as PyMongo applies it.
 
     An empty list means no server is suitable now: the caller waits for the
     topology to change and asks again.
@@ -101,6 +104,8 @@ def select_servers(
     suitable = suitable_servers(
         description, preference, heartbeat_frequency=heartbeat_frequency,
         is_write=is_write, deprioritized=deprioritized)
+    if custom is not None and suitable:
+        suitable = list(custom(suitable))
     return in_latency_window(suitable, local_threshold)
 
 

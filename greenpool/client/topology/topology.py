@@ -108,8 +108,12 @@ class Topology:
                  load_balanced: bool = False, direct: bool = False,
                  replica_set: str | None = None, heartbeat_frequency: float = 10.0,
                  server_selection_timeout: float = 30.0, local_threshold: float = 0.015,
-                 listeners: Iterable[object] = ()) -> None:
+                 listeners: Iterable[object] = (),
+                 server_selector: Callable[[list[ServerDescription]], list[ServerDescription]]
+                 | None = None) -> None:
         self.load_balanced = load_balanced
+        #: PyMongo's server_selector (see selection.select_servers), or None.
+        self.server_selector = server_selector
         self.server_selection_timeout = server_selection_timeout
         #: localThresholdMS, in seconds.
         self.local_threshold = local_threshold
@@ -138,6 +142,8 @@ class Topology:
         # A mongodb+srv:// name's poller, while polling applies (poll_srv).
         self._srv_poller: SrvPoller | None = None
         self._closed = False
+        # Opened with deferred=True and not started yet: no server is open.
+        self._deferred = False
 
     @property
     def topology_id(self) -> ObjectId:
@@ -150,6 +156,8 @@ class Topology:
 
     @property
     def description(self) -> TopologyDescription:
+        if self._deferred and not self._closed:
+            return self._initial  # the seeds, Unknown, until start() (PyMongo's connect=False)
         return self._description
 
     @property
@@ -170,16 +178,41 @@ class Topology:
     # -- opening and closing --------------------------------------------------------
 
     def open(self, make_checker: Callable[[Server], Checker] | None, *,
-             monitoring_mode: str = "auto") -> None:
+             monitoring_mode: str = "auto", deferred: bool = False) -> None:
         """Describe the seeds, open a server for each and start its monitor
         (``make_checker(server)`` makes its monitoring connections; None: no
         monitors; serverMonitoringMode ``monitoring_mode`` says whether they
         may stream, see :func:`~greenpool.client.topology.monitor.streaming_enabled`).
         In load-balanced mode describe the balancer and make its pool ready
-        at once."""
+        at once.
+
+        ``deferred`` (PyMongo's ``connect=False``): nothing starts, no event
+        is published and no greenlet spawned until :meth:`start`, which the
+        first server selection calls (a process that forks after making its
+        client, as a gunicorn app preloaded in the arbiter, starts it in each
+        child)."""
         streaming_enabled(monitoring_mode)  # a bad mode is refused before anything opens
         self._make_checker = None if self.load_balanced else make_checker
         self._monitoring_mode = monitoring_mode
+        if deferred:
+            self._deferred = True
+        else:
+            self._start()
+
+    @property
+    def started(self) -> bool:
+        """False from ``open(deferred=True)`` until :meth:`start`; else True."""
+        return not self._deferred
+
+    def start(self) -> None:
+        """Open what :meth:`open` deferred: the servers, their monitors and
+        the SRV poller. Once only; nothing after close."""
+        if self._deferred and not self._closed:
+            self._deferred = False
+            self._start()
+
+    def _start(self) -> None:
+        monitoring_mode = self._monitoring_mode
         self.publish("opened", _m.TopologyOpenedEvent(self._topology_id))
         self._servers = {address: Server(self, address, self._make_pool(address))
                          for address in self._seeds}
@@ -202,12 +235,16 @@ class Topology:
         elif not self._seeds:
             _LOG.warning("greenpool: the topology has no servers: the client was given no "
                          "hosts")
+        if self._srv_poller is not None:
+            self._srv_poller.start()
 
     def close(self) -> None:
         """Stop the monitors, emit the closing events, close the pools."""
         if self._closed:
             return
         self._closed = True
+        if self._deferred:
+            return  # never started: nothing to stop, no event to close what none opened
         servers = list(self._servers.values())
         poller, self._srv_poller = self._srv_poller, None
         if poller is not None:
@@ -271,6 +308,8 @@ class Topology:
         completes, look again; a failed check wakes the waiters too, so each
         round asks for the next checks (the monitors space them by
         minHeartbeatFrequencyMS)."""
+        if self._deferred:
+            self.start()
         expires = time.monotonic() + limit
         while True:
             if self._closed:  # also closed while this waiter was being woken
@@ -292,7 +331,7 @@ class Topology:
     def _choose(self, preference: _ServerMode) -> Server | None:
         candidates = select_servers(
             self._description, preference, local_threshold=self.local_threshold,
-            heartbeat_frequency=self._heartbeat_frequency)
+            heartbeat_frequency=self._heartbeat_frequency, custom=self.server_selector)
         if not candidates:
             return None
         return self._servers[pick(candidates, self._operation_count).address]
@@ -419,7 +458,8 @@ class Topology:
         topology stops it once discovery finds another type, and at close."""
         if self.polls_srv:
             self._srv_poller = poller
-            poller.start()
+            if not self._deferred:
+                poller.start()  # else start() starts it
 
     def srv_hosts_changed(self, hosts: Sequence[Address], srv_max_hosts: int = 0) -> None:
         """An SRV poll found ``hosts`` (the poller's ``on_hosts``): in an
@@ -530,7 +570,8 @@ class Topology:
             # The polling spec: never rescan for a replica set or a direct connection.
             poller, self._srv_poller = self._srv_poller, None
             poller.stop()
-        if self._incompatible is not None:
+        if self._incompatible is not None or self.server_selector is not None:
+            # No shortcut: a user's server_selector decides every selection.
             self.primary_server = None
             return
         suitable = select_servers(new, PRIMARY, local_threshold=self.local_threshold,
