@@ -246,3 +246,20 @@ def test_a_server_selector_decides_among_the_suitable_servers(mongodb_uri: str) 
 
     with greenpool.Client(mongodb_uri, server_selector=lambda servers: servers) as client:
         assert client.command("admin", {"ping": 1})["ok"] == 1
+
+
+def test_append_metadata_reaches_the_connections_made_after_it(fake: FakeServer) -> None:
+    with greenpool.Client(fake_uri(fake), driver=DriverInfo("ODM", "1")) as client:
+        client.command("admin", {"ping": 1})
+        client.append_metadata(DriverInfo("Framework", "2", "web"))
+        client.append_metadata(DriverInfo("Framework", "2", "web"))  # once only
+        client.pool.clear()  # the next checkout makes a new connection
+        client.pool.ready()
+        client.command("admin", {"ping": 1})
+        with pytest.raises(TypeError, match="DriverInfo"):
+            client.append_metadata("Framework")  # type: ignore[arg-type]
+    names = [r.command["client"]["driver"]["name"] for r in fake.requests
+             if "client" in r.command]
+    assert "greenpool|ODM" in names
+    assert names[-1] == "greenpool|ODM|Framework"
+    assert client.options.pool_options.driver == DriverInfo("ODM", "1")

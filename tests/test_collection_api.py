@@ -83,7 +83,7 @@ def describe(value: Any) -> Any:
 def outcome(scenario: Scenario, collection: Any) -> Any:
     try:
         return ("returned", describe(scenario(collection)))
-    except (PyMongoError, BSONError, TypeError, ValueError) as error:
+    except (PyMongoError, BSONError, TypeError, ValueError, IndexError) as error:
         return ("raised", type(error).__name__, getattr(error, "code", None),
                 getattr(error, "details", None))
 
@@ -257,6 +257,47 @@ SCENARIOS: dict[str, Scenario] = {
         each["name"] for each in c.database.client.list_databases()]],
     "list_database_names": lambda c: [c.insert_one({}).acknowledged,
                                       "api" in c.database.client.list_database_names()],
+    # cursors: items, slices, clones, and other queries on a cursor's documents
+    "cursor index": seeded(lambda c: [c.find().sort("_id")[2], c.find().sort("_id").skip(1)[0]]),
+    "cursor index past the end": seeded(lambda c: c.find()[9]),
+    "cursor negative index": seeded(lambda c: c.find()[-1]),
+    "cursor slice step": seeded(lambda c: c.find()[1:4:2]),
+    "cursor slice": seeded(lambda c: [c.find().sort("_id")[1:3].to_list(),
+                                      c.find().sort("_id")[3:].to_list(),
+                                      c.find()[2:2].to_list()]),
+    "cursor clone": seeded(lambda c: [(lambda cursor: [next(cursor), cursor.clone().to_list()])(
+        c.find({"x": 1}).sort("_id"))]),
+    "cursor retrieved": seeded(lambda c: (lambda cursor: [cursor.retrieved, cursor.to_list(),
+                                                          cursor.retrieved])(
+        c.find().batch_size(2))),
+    "cursor distinct": seeded(lambda c: sorted(c.find({"x": {"$gte": 1}}).distinct("x"))),
+    "cursor explain": seeded(lambda c: sorted(set(c.find({"x": 1}).explain()) & {
+        "queryPlanner", "ok"})),
+    "cursor min max": seeded(lambda c: [c.create_index("x"), c.find().hint([("x", 1)]).min(
+        [("x", 1)]).max([("x", 2)]).to_list()]),
+    "cursor add_option partial": seeded(lambda c: c.find().add_option(128).sort("_id").to_list()),
+    "cursor address": seeded(lambda c: (lambda cursor: [cursor.address, next(cursor),
+                                                        cursor.address is not None])(
+        c.find().batch_size(1))),
+    # collections, databases and the client
+    "collection options": lambda c: [c.database.create_collection(c.name, capped=True,
+                                                                  size=4096).name,
+                                     c.options()],
+    "collection options missing": lambda c: c.options(),
+    "dereference": seeded(lambda c: [c.database.dereference(bson.DBRef(c.name, 2)),
+                                     c.database.dereference(bson.DBRef(c.name, 99))]),
+    "dereference another database": lambda c: code_of(
+        lambda: c.database.dereference(bson.DBRef(c.name, 1, "elsewhere"))),
+    "validate_collection": seeded(lambda c: c.database.validate_collection(c.name)["valid"]),
+    "command allowable_errors": lambda c: c.database.command(
+        "noSuchCommand", allowable_errors=[59])["ok"],
+    "create_search_index": seeded(lambda c: c.create_search_index(
+        {"name": "s", "definition": {"mappings": {"dynamic": True}}})),
+    "list_search_indexes": seeded(lambda c: c.list_search_indexes()),
+    "server_info": lambda c: sorted({"version", "versionArray", "ok"} & set(
+        c.database.client.server_info())),
+    "is_primary is_mongos": lambda c: [c.database.client.is_primary,
+                                       c.database.client.is_mongos],
 }
 
 

@@ -77,6 +77,7 @@ nothing of this module.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -99,6 +100,7 @@ from greenpool.client.api.database import CACHED_NAMES, Database, Defaults
 from greenpool.client.api.findcursor import CommandCursor
 from greenpool.client.config import readpref
 from greenpool.client.config.arguments import api_fields, read_arguments
+from greenpool.client.config.clientoptions import ClientOptions
 from greenpool.client.config.codecs import check_codec_options
 from greenpool.client.config.inert import warn_inert_options
 from greenpool.client.config.settings import ClientSettings
@@ -123,7 +125,7 @@ from greenpool.pool.holds import PoolReport
 from greenpool.pool.pool import Pool
 from greenpool.wire.auth import MECHANISMS as LINK_MECHANISMS
 from greenpool.wire.auth import Credentials as LinkCredentials
-from greenpool.wire.connector import make_connector
+from greenpool.wire.connector import connect as connect_link
 from greenpool.wire.link import Link, LinkOptions
 from greenpool.wire.messages import check_database_name
 
@@ -217,11 +219,22 @@ class Client:
         self._defaults = Defaults(settings, arguments.codec_keywords)
         warn_inert_options(settings)
         listeners = list(arguments.event_listeners)
+        defaults = self._defaults
+        self._options_view = ClientOptions(
+            settings, codec_options=defaults.codec_options,
+            read_preference=defaults.read_preference, write_concern=defaults.write_concern,
+            read_concern=defaults.read_concern, event_listeners=listeners,
+            server_selector=arguments.server_selector, driver=arguments.driver,
+            server_api=arguments.server_api, connect=arguments.connect)
         self._link_options = link_options(settings, driver=arguments.driver,
                                           server_api=arguments.server_api)
         pool_listeners = [x for x in listeners if isinstance(x, _m.ConnectionPoolListener)]
         self._default_read_preference = settings.read_preference_object()
-        connector = _bounded_connector(make_connector(self._link_options))
+        # New connections read the options each time: append_metadata() changes them.
+        current = _CurrentOptions(self._link_options)
+        self._current_options = current
+        connector = _bounded_connector(
+            lambda conn: connect_link(conn.address, current.options, connection=conn))
 
         def make_pool(address: Address) -> Pool[Link]:
             return Pool(address, settings.pool, connector=connector, listeners=pool_listeners,
@@ -241,8 +254,7 @@ class Client:
             retry_reads=settings.retry_reads, retry_writes=settings.retry_writes,
             max_adaptive_retries=settings.max_adaptive_retries,
             server_api=dict(self._link_options.server_api))
-        monitor_options = monitor_link_options(self._link_options)
-        self.topology.open(lambda server: LinkChecker(server.address, monitor_options),
+        self.topology.open(lambda server: LinkChecker(server.address, current.monitor_options),
                            monitoring_mode=settings.server_monitoring_mode,
                            deferred=not arguments.connect)
         if settings.srv_host is not None and not settings.load_balanced:
@@ -250,6 +262,16 @@ class Client:
             self.topology.poll_srv(SrvPoller.for_settings(
                 settings, current_hosts=lambda: list(self.topology.servers),
                 on_hosts=self.topology.srv_hosts_changed))
+
+    #: The host and port of ``Client()`` without arguments, as PyMongo's.
+    HOST = "localhost"
+    PORT = 27017
+
+    @property
+    def options(self) -> ClientOptions:
+        """What the client was configured with, by the names of PyMongo's
+        ``ClientOptions`` (``client.options.pool_options.max_pool_size``...)."""
+        return self._options_view
 
     @property
     def load_balanced(self) -> bool:
@@ -287,6 +309,47 @@ class Client:
                 f"({_listing(description.server_descriptions())}); use client.nodes")
         self._operations.check_open()
         return topology.select().address
+
+    @property
+    def is_primary(self) -> bool:
+        """Whether the server writes go to accepts writes (PyMongo's
+        ``MongoClient.is_primary``): selects it as :attr:`address` does."""
+        return bool(self._write_server().description.is_writable)
+
+    @property
+    def is_mongos(self) -> bool:
+        """Whether the server writes go to is a mongos (PyMongo's
+        ``MongoClient.is_mongos``): selects it as :attr:`address` does."""
+        return self._write_server().description.server_type == SERVER_TYPE.Mongos
+
+    def server_info(self, session: Session | None = None) -> dict[str, Any]:
+        """The server's ``buildInfo`` reply (version, versionArray...), from the primary."""
+        return dict(self["admin"].command("buildinfo", session=session))
+
+    def eq_props(self) -> tuple[tuple[Address, ...], str | None, str | None, str]:
+        """What two clients are equal by, as PyMongo's: the seeds, the replica
+        set's name, the mongodb+srv:// host and its service name."""
+        settings = self.settings
+        seeds = tuple(sorted(self.topology.seeds, key=lambda a: (a[0], a[1] or 0)))
+        return (seeds, settings.replica_set, settings.srv_host, settings.srv_service_name)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Client):
+            return self.eq_props() == other.eq_props()
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.eq_props())
+
+    def __iter__(self) -> Client:
+        return self
+
+    def __next__(self) -> Any:
+        """Raise TypeError, as PyMongo's: a Client is not a cursor (``for x in
+        client`` is a mistake for ``find()``)."""
+        raise TypeError("'Client' object is not iterable")
+
+    next = __next__
 
     @property
     def nodes(self) -> frozenset[Address]:
@@ -564,9 +627,13 @@ class Client:
                                                         default=defaults.read_concern))
 
     def get_default_database(self, default: str | None = None,
-                             **options: Any) -> Database:
-        """The URI's database, else ``default``."""
-        return self.get_database(self.settings.database or default, **options)
+                             codec_options: CodecOptions[Any] | None = None,
+                             read_preference: ReadPreferenceLike | None = None,
+                             write_concern: WriteConcern | None = None,
+                             read_concern: ReadConcern | None = None) -> Database:
+        """The URI's database, else ``default``, with the client's options unless given."""
+        return self.get_database(self.settings.database or default, codec_options,
+                                 read_preference, write_concern, read_concern)
 
     def __getitem__(self, name: str) -> Database:
         cached = self._defaults.databases
@@ -643,6 +710,23 @@ class Client:
 
     # -- internals: the topology -------------------------------------------------------------
 
+    def append_metadata(self, driver_info: DriverInfo) -> None:
+        """Add a wrapping library's name, version and platform to the
+        handshake's metadata of the connections made from now on (PyMongo's
+        ``MongoClient.append_metadata``); a name already there is not added twice."""
+        if not isinstance(driver_info, DriverInfo):
+            raise TypeError(f"driver_info must be a pymongo.driver_info.DriverInfo, "
+                            f"not {driver_info!r}")
+        options = self._current_options.options
+        joined = _joined_driver(options.driver, driver_info)
+        if joined is not options.driver:
+            self._current_options.replace(dataclasses.replace(options, driver=joined))
+            self._link_options = self._current_options.options
+
+    def _write_server(self) -> Server:
+        self._operations.check_open()
+        return self.topology.select(readpref.WRITE)
+
     def _members(self, server_type: int) -> set[Address]:
         return {s.address for s in self.topology.description.server_descriptions().values()
                 if s.server_type == server_type}
@@ -693,6 +777,34 @@ class Client:
 
 
 # -- settings -----------------------------------------------------------------------------
+
+
+class _CurrentOptions:
+    """The options new pooled and monitoring connections are made with, now."""
+
+    __slots__ = ("monitor_options", "options")
+
+    def __init__(self, options: LinkOptions) -> None:
+        self.replace(options)
+
+    def replace(self, options: LinkOptions) -> None:
+        self.options = options
+        self.monitor_options = monitor_link_options(options)
+
+
+_Driver = tuple[str | None, str | None, str | None]
+
+
+def _joined_driver(current: _Driver | None, added: DriverInfo) -> _Driver | None:
+    """``added`` after ``current``'s fields (``|`` between), unless its name is there."""
+    if current is None:
+        return added
+    if added.name in (current[0] or "").split("|"):
+        return current
+    name, version, platform = (
+        "|".join(part for part in (old, new) if part) or None
+        for old, new in zip(current, added, strict=True))
+    return (name, version, platform)
 
 
 def _listing(addresses: Iterable[Address]) -> str:

@@ -47,7 +47,7 @@ from pymongo.errors import (
     OperationFailure,
     WriteError,
 )
-from pymongo.operations import IndexModel
+from pymongo.operations import IndexModel, SearchIndexModel
 from pymongo.read_concern import ReadConcern
 from pymongo.read_preferences import _ServerMode
 from pymongo.results import (
@@ -243,7 +243,118 @@ class Collection:
         return self
 
     def __next__(self) -> None:
+        """Raise TypeError, as PyMongo's: a Collection is not a cursor (``for x in
+        collection`` is a mistake for ``find()``)."""
         raise TypeError("'Collection' object is not iterable")
+
+    next = __next__
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        # db.coll.insert(...) reads as the sub-collection "coll.insert": say
+        # which method is missing, in PyMongo's words.
+        if "." not in self._name:
+            raise TypeError(
+                f"'Collection' object is not callable. If you meant to call the "
+                f"'{self._name}' method on a 'Database' object it is failing because no "
+                f"such method exists.")
+        method = self._name.rpartition(".")[2]
+        raise TypeError(
+            f"'Collection' object is not callable. If you meant to call the '{method}' "
+            f"method on a 'Collection' object it is failing because no such method exists.")
+
+    def options(self, session: Session | None = None, comment: Any = None) -> dict[str, Any]:
+        """The options the collection was created with (``capped``,
+        ``validator``...), from listCollections; ``{}`` if it does not exist."""
+        command = Outgoing()
+        command["listCollections"] = 1
+        command["cursor"] = {}
+        command["filter"] = {"name": self._name}
+        command.codec_options = self._codec_options
+        if comment is not None:
+            command["comment"] = comment
+        if session is not None:
+            self._check_session(session)
+        cursor = Cursor(self._ops, self._db, command, batch_size=None, session=session,
+                        read_preference=readpref.PRIMARY)
+        with cursor:
+            for description in cursor:
+                options = dict(description.get("options", {}))
+                options.pop("create", None)
+                return options
+        return {}
+
+    # -- Atlas Search indexes ---------------------------------------------------------------
+
+    def create_search_index(self, model: Mapping[str, Any] | SearchIndexModel,
+                            session: Session | None = None, comment: Any = None,
+                            **kwargs: Any) -> str:
+        """Create one Atlas Search index (a SearchIndexModel or its document);
+        its name."""
+        if not isinstance(model, SearchIndexModel):
+            if not isinstance(model, Mapping):
+                raise TypeError(f"model must be a SearchIndexModel or a document, "
+                                f"not {model!r}")
+            model = SearchIndexModel(**model)
+        return self.create_search_indexes([model], session, comment, **kwargs)[0]
+
+    def create_search_indexes(self, models: list[SearchIndexModel],
+                              session: Session | None = None, comment: Any = None,
+                              **kwargs: Any) -> list[str]:
+        """Create Atlas Search indexes (``createSearchIndexes``); their names."""
+        for model in models:
+            if not isinstance(model, SearchIndexModel):
+                raise TypeError(f"models must be SearchIndexModel objects, not {model!r}")
+        command = self._search_command("createSearchIndexes", comment, kwargs)
+        command["indexes"] = [model.document for model in models]
+        reply = self._run_search_command(command, session)
+        return [index["name"] for index in reply["indexesCreated"]]
+
+    def drop_search_index(self, name: str, session: Session | None = None,
+                          comment: Any = None, **kwargs: Any) -> None:
+        """Drop an Atlas Search index (``dropSearchIndex``); no error if the
+        collection does not exist."""
+        command = self._search_command("dropSearchIndex", comment, kwargs)
+        command["name"] = name
+        try:
+            self._run_search_command(command, session)
+        except OperationFailure as error:
+            if error.code != _NAMESPACE_NOT_FOUND:
+                raise
+
+    def update_search_index(self, name: str, definition: Mapping[str, Any],
+                            session: Session | None = None, comment: Any = None,
+                            **kwargs: Any) -> None:
+        """Replace an Atlas Search index's definition (``updateSearchIndex``)."""
+        command = self._search_command("updateSearchIndex", comment, kwargs)
+        command["name"] = name
+        command["definition"] = definition
+        self._run_search_command(command, session)
+
+    def list_search_indexes(self, name: str | None = None, session: Session | None = None,
+                            comment: Any = None, **kwargs: Any) -> CommandCursor:
+        """A cursor over the collection's Atlas Search indexes (all, or the one
+        named), by the ``$listSearchIndexes`` stage."""
+        stage = {} if name is None else {"name": name}
+        return self.aggregate([{"$listSearchIndexes": stage}], session=session,
+                              comment=comment, **kwargs)
+
+    def _run_search_command(self, command: Outgoing, session: Session | None) -> dict[str, Any]:
+        """A search index command: to the primary, with no write concern (as PyMongo's)."""
+        ops = self._ops
+        deadline = ops.deadline(None, session)
+        if session is not None:
+            self._check_session(session)
+            session.decorate(command)
+        return ops.run_command(self._db, command, session, deadline, readpref.WRITE)
+
+    def _search_command(self, name: str, comment: Any, kwargs: Mapping[str, Any]) -> Outgoing:
+        command = Outgoing()
+        command[name] = self._name
+        command.codec_options = self._codec_options
+        command.update(kwargs)
+        if comment is not None:
+            command["comment"] = comment
+        return command
 
     # -- inserts --------------------------------------------------------------------------
 

@@ -159,6 +159,11 @@ class Cursor:
         return self._address
 
     @property
+    def session(self) -> Session | None:
+        """The explicit session the cursor runs in (None: an implicit one, or none)."""
+        return self._session
+
+    @property
     def batch_size(self) -> int | None:
         """Each getMore's batchSize (None: the server's choice)."""
         return self._batch_size

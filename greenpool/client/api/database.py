@@ -23,10 +23,11 @@ database's client is whatever object made it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from bson.codec_options import DEFAULT_CODEC_OPTIONS, CodecOptions
+from bson.dbref import DBRef
 from pymongo.errors import CollectionInvalid, InvalidOperation, OperationFailure
 from pymongo.read_concern import ReadConcern
 from pymongo.read_preferences import _ServerMode
@@ -236,10 +237,45 @@ class Database:
                 raise
             return dict(error.details or {})
 
+    def validate_collection(self, name_or_collection: str | Collection,
+                            scandata: bool = False, full: bool = False,
+                            session: Session | None = None, background: bool | None = None,
+                            comment: Any = None) -> dict[str, Any]:
+        """The server's ``validate`` of a collection; CollectionInvalid when it
+        finds the collection invalid (on any shard), as PyMongo's."""
+        name = (name_or_collection.name if isinstance(name_or_collection, Collection)
+                else name_or_collection)
+        if not isinstance(name, str):
+            raise TypeError(f"name_or_collection must be a collection name or a Collection, "
+                            f"not {name_or_collection!r}")
+        command: dict[str, Any] = {"validate": name, "scandata": scandata, "full": full}
+        if background is not None:
+            command["background"] = background
+        reply: dict[str, Any] = self.command(command, session=session, comment=comment)
+        results = reply["raw"].values() if "raw" in reply else [reply]
+        for result in results:
+            if not result.get("valid", False) or result.get("errors"):
+                raise CollectionInvalid(f"collection {self._name}.{name} is invalid: "
+                                        f"{result!r}")
+        return reply
+
+    def dereference(self, dbref: DBRef, session: Session | None = None, comment: Any = None,
+                    **kwargs: Any) -> Any:
+        """The document a :class:`~bson.dbref.DBRef` points to, or None (its
+        database must be this one); ``kwargs`` go to ``find_one``."""
+        if not isinstance(dbref, DBRef):
+            raise TypeError(f"dereference() takes a bson.dbref.DBRef, not {dbref!r}")
+        if dbref.database is not None and dbref.database != self._name:
+            raise ValueError(f"the DBRef points to the database {dbref.database!r}, not to "
+                             f"{self._name!r}")
+        return self[dbref.collection].find_one({"_id": dbref.id}, session=session,
+                                                comment=comment, **kwargs)
+
     # -- commands -------------------------------------------------------------------------
 
     def command(self, command: str | Mapping[str, Any], value: Any = 1, check: bool = True,
-                allow_none: bool = False, read_preference: Any = None,
+                allowable_errors: Sequence[str | int] | None = None,
+                read_preference: Any = None,
                 codec_options: CodecOptions[Any] = DEFAULT_CODEC_OPTIONS,
                 session: Session | None = None, comment: Any = None,
                 **kwargs: Any) -> Any:
@@ -248,7 +284,8 @@ class Database:
         or ``db.command({"count": "orders"})``. As the generic command
         method, it adds no read or write concern; ``read_preference``
         defaults to primary. ``check=False`` returns a refusal's reply
-        rather than raising it."""
+        rather than raising it; so does a refusal whose code or message is in
+        ``allowable_errors``, as PyMongo's."""
         document = Outgoing()
         if isinstance(command, str):
             document[command] = value
@@ -270,7 +307,9 @@ class Database:
         try:
             return self._run(document, session, preference)
         except OperationFailure as error:
-            if check:
+            if check and not (allowable_errors and (
+                    error.code in allowable_errors
+                    or (error.details or {}).get("errmsg") in allowable_errors)):
                 raise
             return error.details
 
@@ -349,6 +388,22 @@ class Database:
     def __bool__(self) -> bool:
         raise NotImplementedError(
             "Database objects do not implement truth value testing; compare with None")
+
+    def __iter__(self) -> Database:
+        return self
+
+    def __next__(self) -> Any:
+        """Raise TypeError, as PyMongo's: a Database is not a cursor (``for x in
+        database`` is a mistake for ``find()``)."""
+        raise TypeError("'Database' object is not iterable")
+
+    next = __next__
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        # client.nme(...) reads as the database "nme": say which method is missing.
+        raise TypeError(
+            f"'Database' object is not callable. If you meant to call the '{self._name}' "
+            f"method on a 'Client' object it is failing because no such method exists.")
 
 
 def _check_session(session: Session, ops: Operations) -> None:

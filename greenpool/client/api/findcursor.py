@@ -19,6 +19,7 @@ Rules. This module sends nothing itself: a FindCursor asks its collection
 
 from __future__ import annotations
 
+import copy
 import warnings
 from collections import deque
 from collections.abc import Iterator, Mapping
@@ -27,6 +28,7 @@ from typing import Any, Protocol
 from pymongo.errors import InvalidOperation
 from pymongo.read_preferences import _ServerMode
 
+from greenpool.address import Address
 from greenpool.client.api.cursor import Cursor
 from greenpool.client.operations.session import Session
 from greenpool.wire.messages import Outgoing
@@ -44,6 +46,12 @@ class CollectionLike(Protocol):
     def name(self) -> str: ...
 
     def _read_command(self, name: str, *, read_concern: bool = True) -> Outgoing: ...
+
+    def _read(self, command: Outgoing, session: Session | None) -> dict[str, Any]: ...
+
+    def distinct(self, key: str, filter: Mapping[str, Any] | None = None,
+                 session: Session | None = None, comment: Any = None,
+                 hint: Any = None, **kwargs: Any) -> list[Any]: ...
 
     def _open_cursor(self, command: Outgoing, session: Session | None, batch_size: int | None,
                      preference: _ServerMode | None = None, *,
@@ -107,6 +115,13 @@ _FIELDS = {
 NON_TAILABLE, _TAILABLE_FLAG, _AWAIT_DATA_FLAG, EXHAUST = 0, 2, 32, 64
 TAILABLE, TAILABLE_AWAIT = _TAILABLE_FLAG, _TAILABLE_FLAG | _AWAIT_DATA_FLAG
 _CURSOR_TYPES = (NON_TAILABLE, TAILABLE, TAILABLE_AWAIT)
+# The other query flags add_option() and remove_option() take (the wire's
+# OP_QUERY bits, as PyMongo's), and the find fields they set; 4 (secondaryOk)
+# means nothing to a find command.
+_FLAG_FIELDS = {8: "oplogReplay", 16: "noCursorTimeout", 128: "allowPartialResults"}
+_KNOWN_FLAGS = _TAILABLE_FLAG | 4 | _AWAIT_DATA_FLAG | EXHAUST | sum(_FLAG_FIELDS)
+_NO_EXHAUST = ("greenpool.Client has no exhaust cursors (greenpool.pymongo.MongoClient "
+               "has them)")
 
 
 class FindCursor:
@@ -130,9 +145,7 @@ class FindCursor:
         if cursor_type not in _CURSOR_TYPES:
             raise ValueError(
                 f"cursor_type must be CursorType.NON_TAILABLE, TAILABLE or TAILABLE_AWAIT, "
-                f"not {cursor_type!r}" + (
-                    "; greenpool.Client has no exhaust cursors (greenpool.pymongo.MongoClient "
-                    "has them)" if cursor_type == EXHAUST else ""))
+                f"not {cursor_type!r}" + (f"; {_NO_EXHAUST}" if cursor_type == EXHAUST else ""))
         self._collection = collection
         self._cursor_type = cursor_type
         self._max_await_time_ms: int | None = None
@@ -141,6 +154,10 @@ class FindCursor:
         self._session = session
         self._cursor: Cursor | None = None
         self._batch: deque[Any] = deque()
+        #: Documents received from the server so far (PyMongo's ``retrieved``).
+        self._retrieved = 0
+        #: An empty slice (``cursor[3:3]``): no query, no documents.
+        self._empty = False
         self._skip = self._limit = self._batch_size = 0
         self.skip(skip)
         self.limit(limit)
@@ -240,6 +257,50 @@ class FindCursor:
         self._filter = {**self._filter, "$where": code}
         return self
 
+    def max_scan(self, max_scan: int | None) -> FindCursor:
+        """The most documents or index keys to scan (``maxScan``; servers
+        before 4.2 only, as PyMongo's; None: unset)."""
+        return self._set("maxScan", max_scan)
+
+    def max(self, spec: Any) -> FindCursor:
+        """The exclusive upper bound of an index's keys: a list of (field,
+        value) pairs or a document (use with :meth:`hint`)."""
+        return self._set("max", _bound("max", spec))
+
+    def min(self, spec: Any) -> FindCursor:
+        """The inclusive lower bound of an index's keys (see :meth:`max`)."""
+        return self._set("min", _bound("min", spec))
+
+    def add_option(self, mask: int) -> FindCursor:
+        """Set query flags, as PyMongo's: 2 tailable, 8 oplogReplay, 16
+        noCursorTimeout, 32 awaitData, 128 partial results (64, exhaust, is
+        refused: greenpool.Client has no exhaust cursors)."""
+        self._check_flags(mask)
+        if mask & EXHAUST:
+            raise InvalidOperation(f"add_option(64), an exhaust cursor: {_NO_EXHAUST}")
+        self._cursor_type |= mask & (_TAILABLE_FLAG | _AWAIT_DATA_FLAG)
+        for flag, field in _FLAG_FIELDS.items():
+            if mask & flag:
+                self._options[field] = True
+        return self
+
+    def remove_option(self, mask: int) -> FindCursor:
+        """Clear query flags (those of :meth:`add_option`)."""
+        self._check_flags(mask)
+        self._cursor_type &= ~mask
+        for flag, field in _FLAG_FIELDS.items():
+            if mask & flag:
+                self._options.pop(field, None)
+        return self
+
+    def _check_flags(self, mask: object) -> None:
+        self._check_not_started()
+        if isinstance(mask, bool) or not isinstance(mask, int):
+            raise TypeError(f"mask must be an int, not {mask!r}")
+        if mask & ~_KNOWN_FLAGS or mask < 0:
+            raise ValueError(f"mask {mask!r} holds flags no query has (known: 2, 4, 8, 16, "
+                             "32, 64, 128)")
+
     def _set(self, field: str, value: Any) -> FindCursor:
         self._check_not_started()
         if value is None:
@@ -286,6 +347,76 @@ class FindCursor:
         self._limit = -1
         return self._command(), self._session
 
+    # -- copies, items and other queries on the same documents -------------------------------
+
+    def clone(self) -> FindCursor:
+        """A new cursor with this one's query and options, not yet read
+        (the filter, projection, sort and options copied deeply, as PyMongo's)."""
+        twin = copy.copy(self)
+        for name in ("_filter", "_projection", "_sort", "_hint", "_options"):
+            setattr(twin, name, copy.deepcopy(getattr(self, name)))
+        twin._cursor = None
+        twin._batch = deque()
+        twin._retrieved = 0
+        return twin
+
+    def __getitem__(self, index: int | slice) -> Any:
+        """``cursor[5]``: the document at that place (a query of its own, on a
+        clone; IndexError when there is none). ``cursor[10:20]``: this cursor,
+        skipping and limited to that range. Before the first read only; no
+        negative indices or steps."""
+        self._check_not_started()
+        if isinstance(index, slice):
+            return self._slice(index)
+        if isinstance(index, bool) or not isinstance(index, int):
+            raise TypeError(f"a cursor's index must be an int or a slice, not {index!r}")
+        if index < 0:
+            raise IndexError(f"cursor[{index}]: a cursor has no negative indices")
+        twin = self.clone()
+        twin.skip(self._skip + index)
+        twin.limit(-1)
+        for document in twin:
+            return document
+        raise IndexError(f"cursor[{index}]: the query has no document there")
+
+    def _slice(self, index: slice) -> FindCursor:
+        if index.step is not None:
+            raise IndexError(f"cursor[{index.start}:{index.stop}:{index.step}]: a cursor "
+                             "slice takes no step")
+        start = 0 if index.start is None else index.start
+        if start < 0 or (index.stop is not None and index.stop < 0):
+            raise IndexError(f"cursor[{index.start}:{index.stop}]: a cursor has no negative "
+                             "indices")
+        if index.stop is not None and index.stop < start:
+            raise IndexError(f"cursor[{index.start}:{index.stop}]: the stop is before the "
+                             "start")
+        self._skip = start
+        self._limit = 0 if index.stop is None else index.stop - start
+        self._empty = index.stop == start
+        return self
+
+    def distinct(self, key: str) -> list[Any]:
+        """The distinct values of ``key`` among the documents this cursor's
+        filter matches (its collation, maxTimeMS, comment and session too)."""
+        options = {name: self._options[field]
+                   for name, field in (("collation", "collation"), ("maxTimeMS", "maxTimeMS"),
+                                       ("comment", "comment")) if field in self._options}
+        return self._collection.distinct(key, self._filter, session=self._session, **options)
+
+    def explain(self) -> Any:
+        """The server's plan for this cursor's query (the ``explain``
+        command around its ``find``), as PyMongo's."""
+        twin = self.clone()
+        if twin._limit:
+            twin._limit = -abs(twin._limit)
+        find = twin._command()
+        command = Outgoing()
+        command["explain"] = {key: value for key, value in find.items() if key != "readConcern"}
+        if "readConcern" in find:
+            command["readConcern"] = find["readConcern"]
+        command.codec_options = find.codec_options
+        return self._collection._read(command, self._session)
+
     # -- reading ----------------------------------------------------------------------------
 
     def _opened(self) -> Cursor:
@@ -305,9 +436,12 @@ class FindCursor:
         # at a time, timeouts) once per batch, not once per document.
         batch = self._batch
         if not batch:
+            if self._empty:
+                raise StopIteration
             batch.extend(self._opened().next_batch())
             if not batch:
                 raise StopIteration
+            self._retrieved += len(batch)
         return batch.popleft()
 
     next = __next__
@@ -327,6 +461,16 @@ class FindCursor:
         return None if self._cursor is None else self._cursor.id
 
     @property
+    def retrieved(self) -> int:
+        """How many documents the server has sent so far."""
+        return self._retrieved
+
+    @property
+    def address(self) -> Address | None:
+        """``(host, port)`` of the server the query ran on; None before the first read."""
+        return None if self._cursor is None else self._cursor.address
+
+    @property
     def collection(self) -> CollectionLike:
         """The collection the cursor reads."""
         return self._collection
@@ -341,6 +485,7 @@ class FindCursor:
         self.close()
         self._cursor = None
         self._batch = deque()
+        self._retrieved = 0
         return self
 
     def close(self) -> None:
@@ -406,6 +551,16 @@ class CommandCursor:
         """The server cursor's id (0 once exhausted)."""
         return 0 if self._cursor is None else self._cursor.id
 
+    @property
+    def address(self) -> Address | None:
+        """``(host, port)`` of the server the cursor reads from (None: no server cursor)."""
+        return None if self._cursor is None else self._cursor.address
+
+    @property
+    def session(self) -> Session | None:
+        """The explicit session the cursor runs in, or None."""
+        return None if self._cursor is None else self._cursor.session
+
     def close(self) -> None:
         """Kill the server cursor, if it is open."""
         if self._cursor is not None:
@@ -416,6 +571,17 @@ class CommandCursor:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def _bound(name: str, spec: Any) -> dict[str, Any]:
+    """min()'s or max()'s index bound: a document, or (field, value) pairs."""
+    if isinstance(spec, Mapping):
+        return dict(spec)
+    if isinstance(spec, list | tuple) and all(
+            isinstance(pair, list | tuple) and len(pair) == 2 and isinstance(pair[0], str)
+            for pair in spec):
+        return dict(spec)
+    raise TypeError(f"{name}() takes a list of (field, value) pairs or a document, not {spec!r}")
 
 
 def _to_list(cursor: FindCursor | CommandCursor, length: int | None) -> list[Any]:
