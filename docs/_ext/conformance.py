@@ -50,6 +50,8 @@ SPEC_MODULES = {
     "tests/test_sdam_unified_spec.py": "Server Discovery and Monitoring (unified format)",
     "tests/test_backpressure_spec.py": "Client Backpressure (unified format)",
     "tests/test_monitoring_spec.py": "Server Monitoring (unified format) and RTT averages",
+    "tests/test_versioned_api_spec.py": "Versioned API (unified format, PyMongo and "
+                                        "greenpool.Client)",
 }
 
 

@@ -23,6 +23,7 @@ from pymongo import MongoClient, ReadPreference
 from pymongo.client_session import TransactionOptions  # type: ignore[attr-defined]
 from pymongo.errors import OperationFailure, PyMongoError
 from pymongo.read_concern import ReadConcern
+from pymongo.server_api import ServerApi
 from pymongo.write_concern import WriteConcern
 
 from tests.unified import arguments
@@ -182,7 +183,7 @@ class Runner:
     def _make_client(self, spec: Mapping[str, Any]) -> Any:
         unknown = set(spec) - {"id", "uriOptions", "useMultipleMongoses", "observeEvents",
                                "ignoreCommandMonitoringEvents", "observeSensitiveCommands",
-                               "awaitMinPoolSizeMS"}
+                               "awaitMinPoolSizeMS", "serverApi"}
         assert not unknown, f"client options {sorted(unknown)} are not supported by this runner"
         recorder = recorder_for(spec.get("observeEvents") or [],
                                 spec.get("ignoreCommandMonitoringEvents") or [],
@@ -193,7 +194,12 @@ class Runner:
         options = with_fail_point_heartbeat(spec.get("uriOptions") or {},
                                             self.client_heartbeat_ms)
         uri = client_uri(self.uri, options)
-        client = self.make_client(uri, event_listeners=[recorder])
+        keywords: dict[str, Any] = {"event_listeners": [recorder]}
+        if "serverApi" in spec:
+            api = spec["serverApi"]
+            keywords["server_api"] = ServerApi(api["version"], strict=api.get("strict"),
+                                               deprecation_errors=api.get("deprecationErrors"))
+        client = self.make_client(uri, **keywords)
         if "awaitMinPoolSizeMS" in spec:
             self._await_min_pool_size(uri, recorder, spec["awaitMinPoolSizeMS"] / 1000)
         return client
