@@ -534,6 +534,12 @@ def pymongo_suite(args: list[str]) -> None:
     run(PYTHON, "devtools/pymongo_suite.py", *args)
 
 
+def mongoengine_suite(args: list[str]) -> None:
+    """MongoEngine's shipped tests on stock PyMongo and on greenpool.Client
+    (devtools/mongoengine_suite.py; --help)."""
+    run(PYTHON, "devtools/mongoengine_suite.py", *args)
+
+
 def slow(args: list[str]) -> None:
     """The tests marked slow, which the test command leaves out (tests/slow_tests.py);
     ``args`` go to pytest."""
@@ -657,7 +663,8 @@ def pymongo_releases_beyond_matrix(python: Path) -> list[str]:
 
 JOBS = {"bench": bench, "compile": compile_build, "cooperative": cooperative, "demo": demo,
         "drift": drift, "durations": durations, "faults": faults,
-        "gevent-matrix": gevent_matrix, "lock": lock, "pymongo-matrix": pymongo_matrix,
+        "gevent-matrix": gevent_matrix, "lock": lock, "mongoengine-suite": mongoengine_suite,
+        "pymongo-matrix": pymongo_matrix,
         "pymongo-suite": pymongo_suite, "python-matrix": python_matrix, "slow": slow,
         "test": test}
 

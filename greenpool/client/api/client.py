@@ -274,6 +274,12 @@ class Client:
         return self._options_view
 
     @property
+    def _options(self) -> ClientOptions:
+        # PyMongo's private name of the same object, which ODMs' code and tests read
+        # (client._options.replica_set_name).
+        return self._options_view
+
+    @property
     def load_balanced(self) -> bool:
         """Whether the URI says ``loadBalanced=true`` (no monitor; the pool is ready at once)."""
         return self.settings.load_balanced
