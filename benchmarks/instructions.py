@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/instructions.py [--against DIR] [--ops 1000] [--jobs 2]
                                                 [--only client|pool] [--replset]
-    .venv/bin/python benchmarks/instructions.py --collection [--ops 1000] [--jobs 2]
+    .venv/bin/python benchmarks/instructions.py --collection [--against DIR] [--ops 1000]
 
 CPU time per operation on a shared machine moves by 20-40% from run to run
 (bench.py's tables). This counts instead the user-space instructions the
@@ -34,7 +34,8 @@ cluster time gossiped).
 documents (``benchmarks/collection_calls.py``, 10 greenlets, maxPoolSize 10),
 on greenpool.Client, on stock PyMongo's MongoClient under gevent's
 patch_all, and on the floor (the same commands built by hand on ten raw
-links: ``collection_calls.py --client floor``), side by side.
+links: ``collection_calls.py --client floor``), side by side; with ``--against DIR``,
+greenpool.Client's calls again with DIR's greenpool, and the ratios of the two trees.
 
 What it does not count: the kernel's side of the system calls (the same
 sends and receives for every contender), cache misses and stalls. Its ratios
@@ -105,10 +106,14 @@ CALLS = ("insert_one", "find_one", "update_one", "find100")
 CLIENTS = ("greenpool", "pymongo", "floor")
 
 
-def collection_contenders() -> list[Contender]:
-    return [Contender(f"{client} {call}", ("--client", client, "--call", call),
-                      script="collection_calls.py")
-            for call in CALLS for client in CLIENTS]
+def collection_contenders(against: Path | None = None) -> list[Contender]:
+    chosen = [Contender(f"{client} {call}", ("--client", client, "--call", call),
+                        script="collection_calls.py")
+              for call in CALLS for client in CLIENTS]
+    if against is not None:
+        chosen += [Contender(f"{each.name} @against", each.arguments, against, each.script)
+                   for each in chosen if each.name.startswith("greenpool ")]
+    return chosen
 
 
 def count(contender: Contender, ops: int) -> int:
@@ -144,9 +149,10 @@ def main() -> None:
         raise SystemExit(f"--ops must be at least 1000 (one ping per greenlet), not {args.ops}")
     if args.against is not None and not (args.against / "greenpool").is_dir():
         raise SystemExit(f"--against {args.against}: no greenpool package there")
-    if args.collection and (args.against is not None or args.only is not None):
-        raise SystemExit("--collection compares with stock PyMongo; it takes no --against, --only")
-    chosen = (collection_contenders() if args.collection
+    if args.collection and args.only is not None:
+        raise SystemExit("--collection compares with stock PyMongo and the floor; it takes no "
+                         "--only")
+    chosen = (collection_contenders(args.against) if args.collection
               else contenders(args.against, args.only, args.replset))
     runs = [(each, ops) for each in chosen for ops in (args.ops, 3 * args.ops)]
     with ThreadPoolExecutor(args.jobs) as pool:
@@ -154,7 +160,7 @@ def main() -> None:
     per_ping = {each.name: (counts[each, 3 * args.ops] - counts[each, args.ops]) / (2 * args.ops)
                 for each in chosen}
     if args.collection:
-        print_collection(per_ping, args.ops)
+        print_collection(per_ping, args.ops, args.against)
         return
     floor = per_ping.get("floor")
     print(f"Instructions per ping or pool cycle (callgrind, user space; runs of {args.ops:,} "
@@ -175,7 +181,7 @@ def main() -> None:
                 print(f"| {each.name} | {per_ping[each.name] / other:.3f} |")
 
 
-def print_collection(per_call: dict[str, float], ops: int) -> None:
+def print_collection(per_call: dict[str, float], ops: int, against: Path | None) -> None:
     print(f"Instructions per collection API call (callgrind, user space; runs of {ops:,} and "
           f"{3 * ops:,} calls, 10 greenlets, maxPoolSize 10)\n")
     print("| call | greenpool.Client | PyMongo (patch_all) | greenpool / PyMongo | floor | "
@@ -186,6 +192,12 @@ def print_collection(per_call: dict[str, float], ops: int) -> None:
         floor = per_call[f"floor {call}"]
         print(f"| {call} | {ours:,.0f} | {stock:,.0f} | {ours / stock:.2f}x | {floor:,.0f} | "
               f"{floor / stock:.2f}x | {ours / floor:.2f}x |")
+    if against is not None:
+        print(f"\n| call | greenpool.Client, this tree / against ({against}) |")
+        print("|---|---|")
+        for call in CALLS:
+            ratio = per_call[f"greenpool {call}"] / per_call[f"greenpool {call} @against"]
+            print(f"| {call} | {ratio:.3f} |")
 
 
 if __name__ == "__main__":
