@@ -112,6 +112,8 @@ class DatabaseLike(Protocol):
     @property
     def read_concern(self) -> ReadConcern: ...
 
+    def with_options(self, codec_options: CodecOptions[Any] | None = None) -> Any: ...
+
 
 def check_collection_name(name: object) -> str:
     """Refuse a name the server would misread, as PyMongo does:
@@ -265,18 +267,9 @@ class Collection:
     def options(self, session: Session | None = None, comment: Any = None) -> dict[str, Any]:
         """The options the collection was created with (``capped``,
         ``validator``...), from listCollections; ``{}`` if it does not exist."""
-        command = Outgoing()
-        command["listCollections"] = 1
-        command["cursor"] = {}
-        command["filter"] = {"name": self._name}
-        command.codec_options = self._codec_options
-        if comment is not None:
-            command["comment"] = comment
-        if session is not None:
-            self._check_session(session)
-        cursor = Cursor(self._ops, self._db, command, batch_size=None, session=session,
-                        read_preference=readpref.PRIMARY)
-        with cursor:
+        database = self._database.with_options(codec_options=self._codec_options)
+        with database.list_collections(session=session, filter={"name": self._name},
+                                       comment=comment) as cursor:
             for description in cursor:
                 options = dict(description.get("options", {}))
                 options.pop("create", None)
