@@ -34,7 +34,8 @@ ROOMS = ("api", "operations", "topology", "config")
 _LOW = {"base", "pool", "wire"}
 
 #: What each layer (and each room of the client) may import, besides itself. The top-level
-#: package and ``__main__`` are the facade and may import anything; the client package's
+#: package, ``__main__`` and the public ``greenpool.gridfs`` are the facade and may import
+#: anything; the client package's
 #: own ``__init__`` (its docstring and the hook for its old names) only the base.
 ALLOWED: dict[str, set[str]] = {
     "base": set(),
@@ -50,7 +51,7 @@ ALLOWED: dict[str, set[str]] = {
 }
 BASE = {"greenpool.errors", "greenpool.address", "greenpool._version", "greenpool._compiled",
         "greenpool._moved"}
-FACADE = {"greenpool", "greenpool.__main__"}
+FACADE = {"greenpool", "greenpool.__main__", "greenpool.gridfs"}
 
 
 def module_name(path: Path) -> str:

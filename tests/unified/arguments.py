@@ -32,6 +32,8 @@ from pymongo.read_concern import ReadConcern
 from pymongo.read_preferences import make_read_preference, read_pref_mode_from_name
 from pymongo.write_concern import WriteConcern
 
+from tests.unified import gridfs_ops
+
 # Arguments many operations share, and what PyMongo calls them.
 _SESSION = {"session": "session"}
 _COMMENT = {"comment": "comment"}
@@ -129,6 +131,8 @@ KEYWORDS: dict[str, dict[str, str]] = {
     "session.commitTransaction": {},
     "session.abortTransaction": {},
     "session.endSession": {},
+    # GridFS buckets
+    **gridfs_ops.KEYWORDS,
 }
 
 # The arguments of each model of a bulk write, in PyMongo's operation classes.

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from tests.unified import gridfs_ops
 from tests.unified.arguments import keywords
 from tests.unified_match import RootDocuments
 
@@ -112,4 +113,5 @@ _SPECIAL: dict[str, Callable[[Any, dict[str, Any]], Any]] = {
     "database.runCommand": _run_command,
     "database.createCollection": _create_collection,
     "collection.createFindCursor": _create_find_cursor,
+    **gridfs_ops.OPERATIONS,
 }

@@ -26,7 +26,7 @@ from pymongo.read_concern import ReadConcern
 from pymongo.server_api import ServerApi
 from pymongo.write_concern import WriteConcern
 
-from tests.unified import arguments
+from tests.unified import arguments, gridfs_ops
 from tests.unified.deployment import Deployment
 from tests.unified.operations import call
 from tests.unified.results import as_document, error_result
@@ -219,6 +219,10 @@ class Runner:
     def _make_collection(self, spec: Mapping[str, Any]) -> Any:
         options = _options(spec.get("collectionOptions") or {}, _COLLECTION_OPTIONS)
         return self.entities[spec["database"]].get_collection(spec["collectionName"], **options)
+
+    def _make_bucket(self, spec: Mapping[str, Any]) -> Any:
+        options = _options(spec.get("bucketOptions") or {}, gridfs_ops.BUCKET_OPTIONS)
+        return gridfs_ops.make_bucket(self.entities[spec["database"]], options)
 
     def _make_session(self, spec: Mapping[str, Any]) -> Any:
         options = _options(spec.get("sessionOptions") or {}, _SESSION_OPTIONS)
