@@ -1,6 +1,7 @@
 """greenpool.Client's classes have PyMongo's public surface, or say what they lack.
 
-PyMongo's MongoClient, Database, Collection, Cursor and CommandCursor are walked:
+PyMongo's MongoClient, Database, Collection, Cursor and CommandCursor are walked, and
+its gridfs classes beside greenpool.gridfs's:
 every public name must be on greenpool's counterpart (a property where PyMongo's
 is one, a method taking PyMongo's arguments in the same places), or listed with
 its reason in :data:`greenpool.client.api.surface.NOT_HERE`, which the porting
@@ -14,6 +15,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import gridfs
 import pymongo
 import pytest
 from pymongo.synchronous.collection import Collection as PyMongoCollection
@@ -22,6 +24,7 @@ from pymongo.synchronous.cursor import Cursor as PyMongoCursor
 from pymongo.synchronous.database import Database as PyMongoDatabase
 
 import greenpool
+import greenpool.gridfs
 from greenpool.client.api.surface import NOT_HERE
 
 PORTING = Path(__file__).resolve().parents[1] / "docs" / "guides" / "porting.rst"
@@ -32,6 +35,8 @@ PAIRS: dict[str, tuple[type, type]] = {
     "Collection": (PyMongoCollection, greenpool.Collection),
     "Cursor": (PyMongoCursor, greenpool.FindCursor),
     "CommandCursor": (PyMongoCommandCursor, greenpool.CommandCursor),
+    **{name: (getattr(gridfs, name), getattr(greenpool.gridfs, name))
+       for name in ("GridFSBucket", "GridFS", "GridIn", "GridOut", "GridOutCursor")},
 }
 
 
