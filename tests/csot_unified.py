@@ -168,7 +168,8 @@ class Runner:
         elif kind == "thread":
             self.threads[spec["id"]] = []
         elif kind == "bucket":
-            raise NotApplicable("GridFS (greenpool has no GridFS API)")
+            raise NotApplicable("GridFS as commands (the GridFS files run on greenpool.gridfs, "
+                                "through tests/unified/)")
         else:
             raise AssertionError(f"entity type {kind!r} is not supported by this runner")
 

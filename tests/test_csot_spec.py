@@ -21,6 +21,7 @@ import time
 from typing import Any
 
 import gevent
+import pymongo
 import pytest
 from pymongo import MongoClient
 
@@ -29,6 +30,7 @@ from tests import csot_unified
 from tests.csot_unified import CSOT_DIR, NotApplicable, Runner, load_cases
 from tests.unified import runner as unified
 from tests.unified.deployment import Deployment
+from tests.unified.files import load_file
 from tests.unified.suite import CLIENTS
 
 RUN = [
@@ -38,6 +40,11 @@ RUN = [
     "cursors.json",
     "error-transformations.json",
     "global-timeoutMS.json",
+    "gridfs-advanced.json",
+    "gridfs-delete.json",
+    "gridfs-download.json",
+    "gridfs-find.json",
+    "gridfs-upload.json",
     "legacy-timeouts.json",
     "non-tailable-cursors.json",
     "retryability-legacy-timeouts.json",
@@ -57,11 +64,6 @@ NOT_APPLICABLE = {
     "change-streams.json": "greenpool.Client has no change stream API (no resume logic)",
     "deprecated-options.json": "greenpool.Client has none of the deprecated per-operation "
                                "options (maxTimeMS, maxCommitTimeMS, wTimeoutMS helpers)",
-    "gridfs-advanced.json": "greenpool has no GridFS API",
-    "gridfs-delete.json": "greenpool has no GridFS API",
-    "gridfs-download.json": "greenpool has no GridFS API",
-    "gridfs-find.json": "greenpool has no GridFS API",
-    "gridfs-upload.json": "greenpool has no GridFS API",
     "tailable-awaitData.json": "greenpool.Client has no maxAwaitTimeMS for awaitData cursors",
 }
 # Single cases that do not apply, by id, with the reason.
@@ -76,7 +78,19 @@ SKIP = {
         "100 ms; greenpool gives each next() call the whole limit, as the spec's "
         "iteration mode says, and the call succeeds",
 }
-CASES = [(file_name, spec, test) for file_name in RUN for spec, test in load_cases(file_name)]
+
+
+def _cases(file_name: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """A file's ``(file, test)`` pairs. The GridFS files' ids and chunks are Extended JSON
+    (``$oid``, ``$binary``), read as BSON values as the unified runner's own files are."""
+    if file_name.startswith("gridfs-"):
+        path = CSOT_DIR / file_name
+        spec = load_file(path) if path.exists() else {"tests": []}
+        return [(spec, test) for test in spec["tests"]]
+    return load_cases(file_name)
+
+
+CASES = [(file_name, spec, test) for file_name in RUN for spec, test in _cases(file_name)]
 
 #: The operations a test runs as commands (tests/csot_unified.py) for, and why.
 COMMAND_OPERATIONS = {
@@ -116,8 +130,6 @@ def command_runner_reason(spec: dict[str, Any], test: dict[str, Any]) -> str | N
             return f"a {kind}'s timeoutMS: PyMongo's API has none"
         if kind == "session" and options.get("sessionOptions"):
             return "a session's defaultTimeoutMS: PyMongo's API has none"
-        if kind == "bucket":
-            return "GridFS (the command runner skips it, naming it)"
     for operation in operations:
         name, arguments = operation["name"], operation.get("arguments") or {}
         if name in COMMAND_OPERATIONS:
@@ -154,15 +166,18 @@ def deployment(replset_uri: str) -> Any:
 
 
 def run_on_collection_api(spec: dict[str, Any], test: dict[str, Any], uri: str,
-                          deployment: Deployment) -> None:
-    """One test through the unified runner; a command a fail point holds may outlive a
-    timed-out operation, so the next test waits that long (tests/csot_unified.py's rule)."""
+                          deployment: Deployment, make_client: Any = CLIENTS["greenpool"],
+                          timeout: Any = greenpool.timeout) -> None:
+    """One test through the unified runner (on greenpool.Client unless ``make_client``
+    and its library's ``timeout`` block say otherwise); a command a fail point holds may
+    outlive a timed-out operation, so the next test waits that long
+    (tests/csot_unified.py's rule)."""
     blocks = [o["arguments"]["failPoint"].get("data", {}).get("blockTimeMS", 0)
               for o in _operations(test["operations"]) if o["name"] == "failPoint"]
     gevent.sleep(max(0.0, csot_unified.server_busy_until() - time.monotonic()))
     try:
-        unified.Runner(CLIENTS["greenpool"], unified.client_uri(uri, {}), deployment,
-                       timeout=greenpool.timeout).run(spec, test)
+        unified.Runner(make_client, unified.client_uri(uri, {}), deployment,
+                       timeout=timeout).run(spec, test)
     finally:
         if max(blocks, default=0):
             csot_unified.server_may_be_busy(time.monotonic(), max(blocks))
@@ -201,3 +216,26 @@ def test_csot_spec(file_name: str, spec: dict[str, Any], test: dict[str, Any],
             Runner(replset_uri).run(spec, test)
     except (NotApplicable, unified.NotApplicable) as reason:
         pytest.skip(f"needs {reason}, which greenpool.Client does not offer")
+
+
+#: The GridFS files run on stock PyMongo too (its gridfs, ``pymongo.timeout``), the
+#: reference for greenpool.gridfs; these cases cannot.
+GRIDFS_CASES = [case for case in CASES if case[0].startswith("gridfs-")]
+PYMONGO_GRIDFS_SKIP = {
+    "drop": "GridFSBucket.drop: PyMongo 4.20's bucket has none (greenpool.gridfs's is the "
+            "spec's)",
+}
+
+
+@pytest.mark.parametrize(
+    ("file_name", "spec", "test"), GRIDFS_CASES,
+    ids=[f"{file_name.removesuffix('.json')}[{test['description']}]"
+         for file_name, _, test in GRIDFS_CASES])
+def test_csot_spec_gridfs_on_pymongo(file_name: str, spec: dict[str, Any],
+                                     test: dict[str, Any], replset_uri: str,
+                                     deployment: Deployment) -> None:
+    for operation in _operations(test["operations"]):
+        if operation["name"] in PYMONGO_GRIDFS_SKIP:
+            pytest.skip(PYMONGO_GRIDFS_SKIP[operation["name"]])
+    run_on_collection_api(spec, test, replset_uri, deployment, CLIENTS["pymongo"],
+                          pymongo.timeout)

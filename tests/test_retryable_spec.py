@@ -51,7 +51,10 @@ READS_NOT_APPLICABLE = {
     **{f"changeStreams-{name}.json": "greenpool.Client has no change stream API"
        for name in ("client.watch", "client.watch-serverErrors", "db.coll.watch",
                     "db.coll.watch-serverErrors", "db.watch", "db.watch-serverErrors")},
-    **{f"gridfs-{name}.json": "greenpool has no GridFS API"
+    **{f"gridfs-{name}.json": (
+        "the find commands' events are expected with filter {_id: <id>}; greenpool.gridfs "
+        "sends {_id: {$eq: <id>}}, as PyMongo's gridfs does (an _id that is a document is "
+        "then never read as operators); the downloads themselves are retried")
        for name in ("download", "download-serverErrors", "downloadByName",
                     "downloadByName-serverErrors")},
     "mapReduce.json": "greenpool has no mapReduce helper (and SecantusDB no mapReduce "
