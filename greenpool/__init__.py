@@ -5,9 +5,10 @@ Balancer specifications on gevent: FIFO waits with direct handoff, a
 maintenance greenlet, kill safety and fork safety, with a gevent-native
 client on top (:class:`Client`).
 
-Every name an application imports is here, in :mod:`greenpool.pymongo` (PyMongo's
-``MongoClient`` on greenpool's pools), in :mod:`greenpool.testing` (servers for tests
-and trials) or in :mod:`greenpool.otel` (OpenTelemetry metrics, the ``otel`` extra).
+Every name an application imports is here, in :mod:`greenpool.gridfs` (GridFS on the
+Client), in :mod:`greenpool.pymongo` (PyMongo's ``MongoClient`` on greenpool's pools),
+in :mod:`greenpool.testing` (servers for tests and trials) or in :mod:`greenpool.otel`
+(OpenTelemetry metrics, the ``otel`` extra).
 The modules behind them are arranged in layers (docs/architecture.rst) and may move.
 """
 

@@ -52,6 +52,8 @@ SPEC_MODULES = {
     "tests/test_monitoring_spec.py": "Server Monitoring (unified format) and RTT averages",
     "tests/test_versioned_api_spec.py": "Versioned API (unified format, PyMongo and "
                                         "greenpool.Client)",
+    "tests/test_gridfs_spec.py": "GridFS (unified format, PyMongo's gridfs and "
+                                 "greenpool.gridfs)",
 }
 
 
