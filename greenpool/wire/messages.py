@@ -312,6 +312,9 @@ class Outgoing(dict[str, Any]):
       documents go as an OP_MSG document sequence (payload type 1), already
       encoded (``encoded``); the field itself keeps the documents as given,
       for command events;
+    * ``more_sequences``: further document sequences after that one, each
+      ``(field, encoded documents)`` (a ``bulkWrite``'s ``nsInfo`` beside its
+      ``ops``); the fields keep their documents for command events too;
     * ``unacknowledged``: sent with moreToCome (w=0); no reply is read, and
       the link answers ``{"ok": 1}``;
     * ``reply``: set by the link to the last reply it read for the command,
@@ -325,6 +328,7 @@ class Outgoing(dict[str, Any]):
     codec_options: CodecOptions[Any] = DEFAULT_CODEC_OPTIONS
     sequence: str | None = None
     encoded: Sequence[bytes] = ()
+    more_sequences: Sequence[tuple[str, Sequence[bytes]]] = ()
     unacknowledged = False
     reply: dict[str, Any] | None = None
 
@@ -350,6 +354,9 @@ def encode_outgoing(
     name = next(iter(command))
     field = command.sequence
     body_fields = {key: value for key, value in command.items() if key != field}
+    if field is not None:
+        for extra, _ in command.more_sequences:
+            del body_fields[extra]
     body_fields["$db"] = db
     document = bson.encode(body_fields, codec_options=command.codec_options)
     if max_bson_size is not None and len(document) > max_bson_size + COMMAND_OVERHEAD:
@@ -358,10 +365,9 @@ def encode_outgoing(
             f"{max_bson_size + COMMAND_OVERHEAD} (maxBsonObjectSize and a command's room)")
     parts = [_UINT32.pack(MORE_TO_COME if command.unacknowledged else 0), b"\x00", document]
     if field is not None:
-        identifier = field.encode() + b"\x00"
-        payload = b"".join(command.encoded)
-        parts += [b"\x01", _INT32.pack(_INT32.size + len(identifier) + len(payload)),
-                  identifier, payload]
+        parts += _document_sequence(field, command.encoded)
+        for extra, encoded in command.more_sequences:
+            parts += _document_sequence(extra, encoded)
     body = b"".join(parts)
     _check_size(name, HEADER_SIZE + len(body), max_message_size)
     if request_id is None:
@@ -371,6 +377,14 @@ def encode_outgoing(
     message = _wrap(OP_MSG, body, compressor, request_id)
     _check_size(name, len(message), max_message_size)
     return request_id, message
+
+
+def _document_sequence(field: str, encoded: Sequence[bytes]) -> list[bytes]:
+    """The parts of one OP_MSG kind-1 section: ``field``'s encoded documents."""
+    identifier = field.encode() + b"\x00"
+    payload = b"".join(encoded)
+    return [b"\x01", _INT32.pack(_INT32.size + len(identifier) + len(payload)), identifier,
+            payload]
 
 
 def decode_message(

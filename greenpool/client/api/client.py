@@ -89,6 +89,7 @@ from pymongo.driver_info import DriverInfo
 from pymongo.errors import InvalidOperation, NetworkTimeout
 from pymongo.read_concern import ReadConcern
 from pymongo.read_preferences import _ServerMode
+from pymongo.results import ClientBulkWriteResult
 from pymongo.server_api import ServerApi
 from pymongo.server_type import SERVER_TYPE
 from pymongo.topology_description import TOPOLOGY_TYPE, TopologyDescription
@@ -104,9 +105,11 @@ from greenpool.client.config.clientoptions import ClientOptions
 from greenpool.client.config.codecs import check_codec_options
 from greenpool.client.config.inert import warn_inert_options
 from greenpool.client.config.settings import ClientSettings
+from greenpool.client.operations import clientbulk
 from greenpool.client.operations.commands import CommandPublisher
 from greenpool.client.operations.concern import (
     check_read_concern,
+    check_session,
     check_write_concern,
     write_concern_field,
 )
@@ -675,6 +678,76 @@ class Client:
             command["comment"] = comment
         reply = self.command("admin", command, session=session)
         return CommandCursor(None, iter(reply["databases"]))
+
+    def bulk_write(self, models: Sequence[Any], session: Session | None = None,
+                   ordered: bool = True, verbose_results: bool = False,
+                   bypass_document_validation: bool | None = None, comment: Any = None,
+                   let: Mapping[str, Any] | None = None,
+                   write_concern: WriteConcern | None = None) -> ClientBulkWriteResult:
+        """Run writes across collections and databases in the server's
+        ``bulkWrite`` command (MongoDB 8.0 and later), as PyMongo's
+        ``MongoClient.bulk_write`` does: ``models`` are PyMongo's InsertOne,
+        UpdateOne, UpdateMany, ReplaceOne, DeleteOne and DeleteMany, each
+        with its ``namespace=``; the result is PyMongo's
+        :class:`~pymongo.results.ClientBulkWriteResult`, the error its
+        :class:`~pymongo.errors.ClientBulkWriteException` (see
+        :mod:`greenpool.client.operations.clientbulk`)::
+
+            from pymongo import DeleteOne, InsertOne
+
+            result = client.bulk_write([
+                InsertOne({"sku": 1}, namespace="shop.orders"),
+                DeleteOne({"sku": 1}, namespace="shop.carts"),
+            ])
+            result.inserted_count, result.deleted_count
+
+        The write concern is ``write_concern``, else the client's; inside a
+        transaction, the transaction's (giving one is an error then)."""
+        if not isinstance(models, list):
+            raise TypeError(f"models must be a list of write operations, not {models!r}")
+        for name, value in (("ordered", ordered), ("verbose_results", verbose_results)):
+            if not isinstance(value, bool):
+                raise TypeError(f"{name} must be True or False, not {value!r}")
+        if bypass_document_validation is not None and not isinstance(
+                bypass_document_validation, bool):
+            raise TypeError(f"bypass_document_validation must be True, False or None, "
+                            f"not {bypass_document_validation!r}")
+        if let is not None and not isinstance(let, Mapping):
+            raise TypeError(f"let must be a document (a dict or another mapping), not {let!r}")
+        self._operations.check_open()
+        if session is not None:
+            if not isinstance(session, Session):
+                raise TypeError(f"session must be a greenpool Session (client.start_session()), "
+                                f"not {session!r}")
+            self._check_session(session)
+        in_transaction = session is not None and session.in_transaction
+        if in_transaction and write_concern is not None:
+            raise InvalidOperation("Cannot set write concern after starting a transaction: "
+                                   "the transaction's write concern applies")
+        concern = check_write_concern(write_concern, default=self._defaults.write_concern)
+        acknowledged = in_transaction or concern.acknowledged
+        if not acknowledged:
+            if verbose_results:
+                raise InvalidOperation("Cannot request unacknowledged write concern and verbose "
+                                       "results (verbose_results=True with w=0)")
+            if ordered:
+                raise InvalidOperation("Cannot request unacknowledged write concern and "
+                                       "ordered writes (pass ordered=False with w=0)")
+            check_session(session, concern)
+        builder = clientbulk.Builder()
+        builder.add_models(models)
+        options: dict[str, Any] = {}
+        if bypass_document_validation is not None:
+            options["bypassDocumentValidation"] = bypass_document_validation
+        if comment is not None:
+            options["comment"] = comment
+        if let is not None:
+            options["let"] = let
+        return clientbulk.execute(
+            self._operations, builder, session=session, ordered=ordered,
+            verbose=verbose_results, acknowledged=acknowledged,
+            write_concern=write_concern_field(concern), options=options,
+            codec_options=self._defaults.codec_options)
 
     def drop_database(self, name_or_database: str | Database,
                       session: Session | None = None, comment: Any = None) -> None:

@@ -498,31 +498,38 @@ class Operations:
 
     def run_command(self, dbname: str, command: dict[str, Any], session: SessionLike | None,
                     deadline: Deadline | None, preference: _ServerMode,
-                    retry: bool | None = None) -> dict[str, Any]:
+                    retry: bool | None = None,
+                    keep: Callable[[Connection[Link]], bool] | None = None) -> dict[str, Any]:
         """Run ``command`` (Client.command's work) and return the reply: one
         attempt, then the retries :mod:`greenpool.client.operations.retries` allows
         (``retry``: the caller's override, None to classify by name). A
         retryable write to a server that supports them gets its transaction
         ID first; anything else pays for retrying only once its first
-        attempt has failed."""
+        attempt has failed. ``keep`` is :meth:`lease`'s, called with the
+        connection of the attempt that succeeded (a reply whose cursor lives on
+        the server that answered), for a command in a session only, and not for
+        a transaction's pinned connection."""
         if (retry is not False and next(iter(command)) in retries.WRITE_COMMANDS
                 and (retry or self.retry_writes) and retries.is_retryable_write(command)
                 and (session is None or not session.in_transaction)):
             # Its error is the caller's to see.
             server = self.select(deadline, preference)
             if server.retryable_writes_supported:
-                return self._run_write(dbname, command, session, deadline, preference, server)
+                return self._run_write(dbname, command, session, deadline, preference, server,
+                                       keep)
         try:
-            return self._command_once(dbname, command, session, deadline, preference)
+            return self._command_once(dbname, command, session, deadline, preference, keep)
         except PyMongoError as error:
             return self.retry_read(
                 error, lambda: self._command_once(dbname, command, session, deadline,
-                                                  preference),
+                                                  preference, keep),
                 command, session, deadline, retry)
 
     def _command_once(self, dbname: str, command: dict[str, Any],
                       session: SessionLike | None, deadline: Deadline | None,
-                      preference: _ServerMode) -> dict[str, Any]:
+                      preference: _ServerMode,
+                      keep: Callable[[Connection[Link]], bool] | None = None
+                      ) -> dict[str, Any]:
         if session is None and deadline is None:
             # The hot path: plain try/finally rather than context managers,
             # which cost a few microseconds per command; selection's shortcut
@@ -548,7 +555,7 @@ class Operations:
                 raise
             pool.checkin(conn)
             return reply
-        with self.lease(session, Purpose.OTHER, name=next(iter(command)),
+        with self.lease(session, Purpose.OTHER, keep, name=next(iter(command)),
                         deadline=deadline, preference=preference) as conn:
             self.add_read_preference(command, preference, session, conn)
             if session is None:
@@ -592,7 +599,8 @@ class Operations:
 
     def _run_write(self, dbname: str, command: dict[str, Any], session: SessionLike | None,
                    deadline: Deadline | None, preference: _ServerMode,
-                   server: ServerDescription) -> dict[str, Any]:
+                   server: ServerDescription,
+                   keep: Callable[[Connection[Link]], bool] | None) -> dict[str, Any]:
         """A retryable write to ``server``, selected and supporting them: sent
         with a transaction ID (the session's lsid, a new txnNumber) and
         retried after an error labelled RetryableWriteError."""
@@ -607,14 +615,14 @@ class Operations:
         try:
             try:
                 return self._write_once(dbname, command, session, deadline, preference,
-                                        implicit, server)
+                                        implicit, server, keep)
             except PyMongoError as error:
                 if not _labelled_retryable(error):
                     raise
                 return self._retry(
                     error, lambda: self._write_once(dbname, command, session, deadline,
                                                     preference, implicit,
-                                                    self._select_for_retry(deadline)),
+                                                    self._select_for_retry(deadline), keep),
                     _labelled_retryable, deadline)
         finally:
             if implicit is not None:
@@ -622,13 +630,13 @@ class Operations:
 
     def _write_once(self, dbname: str, command: dict[str, Any], session: SessionLike | None,
                     deadline: Deadline | None, preference: _ServerMode,
-                    implicit: ServerSession | None, server: ServerDescription
-                    ) -> dict[str, Any]:
+                    implicit: ServerSession | None, server: ServerDescription,
+                    keep: Callable[[Connection[Link]], bool] | None) -> dict[str, Any]:
         """One attempt of a retryable write on ``server`` (as selected); its
         errors labelled as the spec says, and the implicit server session
         marked dirty unless the server answered or nothing was sent."""
         try:
-            return self._command_once(dbname, command, session, deadline, preference)
+            return self._command_once(dbname, command, session, deadline, preference, keep)
         except PyMongoError as error:
             retries.label_write_error(error, server.max_wire_version)
             if implicit is not None and not isinstance(

@@ -14,6 +14,7 @@ as the specs list the operations they retry:
   ``listDatabases`` (unless retryReads=false);
 * **retryable writes**: ``insert``, ``update`` without a ``multi: true``
   statement, ``delete`` without a ``limit: 0`` statement, ``findAndModify``,
+  ``bulkWrite`` (the client bulk write) without a ``multi: true`` operation,
   each acknowledged (no ``w: 0``), on a server that supports them (sessions,
   and a primary, mongos or load balancer: not a standalone); they carry the
   session's ``lsid`` and a new ``txnNumber`` (unless retryWrites=false);
@@ -100,7 +101,7 @@ _READ_COMMANDS = frozenset({"find", "aggregate", "distinct", "count", "listColle
                             "listIndexes", "listDatabases"})
 #: The commands a retryable write can be (if :func:`is_retryable_write` agrees).
 WRITE_COMMANDS: frozenset[str] = frozenset({"insert", "update", "delete", "findAndModify",
-                                            "findandmodify"})
+                                            "findandmodify", "bulkWrite"})
 
 RETRYABLE_WRITE_ERROR = "RetryableWriteError"
 NO_WRITES_PERFORMED = "NoWritesPerformed"
@@ -131,6 +132,9 @@ def is_retryable_write(command: Mapping[str, Any]) -> bool:
     if name == "delete":
         return not any(_field(statement, "limit") == 0
                        for statement in _statements(command, "deletes"))
+    if name == "bulkWrite":
+        return not any(_field(operation, "multi") is True
+                       for operation in _statements(command, "ops"))
     return True
 
 
