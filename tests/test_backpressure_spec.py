@@ -6,7 +6,7 @@ As in tests/test_retryable_spec.py: a test runs through the project's unified ru
 (tests/unified/) on greenpool.Client's collection API, or through
 tests/retryable_unified.py's commands when it uses an operation that API does not
 express (COMMAND_RUNNER says which); a test that needs what the Client does not offer
-(NOT_OFFERED: change streams, the client-level bulkWrite) is skipped, naming it.
+(NOT_OFFERED: change streams) is skipped, naming it.
 """
 
 from __future__ import annotations
@@ -37,7 +37,6 @@ COMMAND_RUNNER = {
 #: The operations greenpool.Client does not offer.
 NOT_OFFERED = {
     "createChangeStream": "greenpool.Client has no change stream API",
-    "clientBulkWrite": "greenpool.Client has no client-level bulkWrite API",
 }
 BACKPRESSURE_DIR = SPEC_DIR / "client-backpressure" / "tests"
 FILES = sorted(path.name for path in BACKPRESSURE_DIR.glob("*.json")) if (

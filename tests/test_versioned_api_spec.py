@@ -25,11 +25,7 @@ from tests.unified.suite import CLIENTS, NotRun, ids, run_file, spec_files
 VERSIONED_DIR = SPEC_DIR / "versioned-api" / "tests"
 
 #: What is not run, and why: one case as ``file[description]``.
-NOT_RUN: dict[str, NotRun] = {
-    "crud-api-version-1[client bulkWrite appends declared API version]": NotRun(
-        "client.bulk_write (clientBulkWrite): not in greenpool.Client yet, nor in this "
-        "runner"),
-}
+NOT_RUN: dict[str, NotRun] = {}
 CASES = [(name, client) for name in spec_files(VERSIONED_DIR) for client in CLIENTS]
 
 

@@ -45,6 +45,7 @@ from pymongo.errors import (
 
 from greenpool.client.api.cursor import Cursor
 from greenpool.client.operations.session import Session
+from tests.unified import clientbulk_ops
 
 
 def load_cases(path: Path) -> list[tuple[dict[str, Any], dict[str, Any]]]:
@@ -426,10 +427,13 @@ def check_error(expected: Mapping[str, Any], error: BaseException | None, *,
                 result: Callable[[BaseException], Any] | None = None,
                 entities: Mapping[str, Any] | None = None) -> None:
     """One ``expectError`` against the error an operation raised. ``result`` gives the
-    result an error carries (a bulk write's), for ``expectError.expectResult``."""
+    result an error carries (a bulk write's), for ``expectError.expectResult``. A client
+    bulk write's error is looked at through its top-level error, but for its write
+    errors, write concern errors and result (the format's clientBulkWrite)."""
     assert error is not None, f"expected an error ({expected}), the operation succeeded"
     assert isinstance(error, PyMongoError | ValueError), (
         f"expected a PyMongoError (or a ValueError from argument validation), got {error!r}")
+    whole, error = error, clientbulk_ops.top_level(error)
     details = getattr(error, "details", None) or {}
     for key, value in expected.items():
         if key == "isError":
@@ -462,9 +466,22 @@ def check_error(expected: Mapping[str, Any], error: BaseException | None, *,
             assert details, f"errorResponse: {error!r} carries no server response"
             match(value, details, "errorResponse", entities=entities)
         elif key == "expectResult":
-            carried = result(error) if result is not None else None
-            assert carried is not None, f"expectResult: {error!r} carries no result"
+            carried = result(whole) if result is not None else None
+            assert carried is not None or _operator(value) == "$$unsetOrMatches", (
+                f"expectResult: {whole!r} carries no result")
             match(value, carried, "expectError.expectResult", entities=entities)
+        elif key == "writeErrors":
+            actual = clientbulk_ops.write_errors(whole)
+            assert set(actual) == set(value), (
+                f"writeErrors at {sorted(actual)}, expected at {sorted(value)}")
+            for index, wanted in value.items():
+                match(wanted, actual[index], f"writeErrors.{index}", entities=entities)
+        elif key == "writeConcernErrors":
+            actual_list = clientbulk_ops.write_concern_errors(whole)
+            assert len(actual_list) == len(value), (
+                f"{len(actual_list)} writeConcernErrors, expected {len(value)}: {actual_list}")
+            for index, (wanted, got) in enumerate(zip(value, actual_list, strict=True)):
+                match(wanted, got, f"writeConcernErrors.{index}", entities=entities)
         else:
             raise AssertionError(f"expectError.{key} is not supported by this runner")
 

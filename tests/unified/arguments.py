@@ -32,7 +32,7 @@ from pymongo.read_concern import ReadConcern
 from pymongo.read_preferences import make_read_preference, read_pref_mode_from_name
 from pymongo.write_concern import WriteConcern
 
-from tests.unified import gridfs_ops
+from tests.unified import clientbulk_ops, gridfs_ops
 
 # Arguments many operations share, and what PyMongo calls them.
 _SESSION = {"session": "session"}
@@ -133,6 +133,7 @@ KEYWORDS: dict[str, dict[str, str]] = {
     "session.endSession": {},
     # GridFS buckets
     **gridfs_ops.KEYWORDS,
+    **clientbulk_ops.KEYWORDS,
 }
 
 # The arguments of each model of a bulk write, in PyMongo's operation classes.

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from tests.unified import gridfs_ops
+from tests.unified import clientbulk_ops, gridfs_ops
 from tests.unified.arguments import keywords
 from tests.unified_match import RootDocuments
 
@@ -114,4 +114,5 @@ _SPECIAL: dict[str, Callable[[Any, dict[str, Any]], Any]] = {
     "database.createCollection": _create_collection,
     "collection.createFindCursor": _create_find_cursor,
     **gridfs_ops.OPERATIONS,
+    **clientbulk_ops.OPERATIONS,
 }

@@ -9,14 +9,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from pymongo.errors import BulkWriteError
+from pymongo.errors import BulkWriteError, ClientBulkWriteException
 from pymongo.results import (
     BulkWriteResult,
+    ClientBulkWriteResult,
     DeleteResult,
     InsertManyResult,
     InsertOneResult,
     UpdateResult,
 )
+
+from tests.unified import clientbulk_ops
 
 
 def as_document(result: Any) -> Any:
@@ -62,12 +65,15 @@ _CONVERTERS: dict[type, Any] = {
     UpdateResult: _update,
     DeleteResult: _delete,
     BulkWriteResult: _bulk,
+    ClientBulkWriteResult: clientbulk_ops.result_document,
 }
 
 
 def error_result(error: BaseException) -> dict[str, Any] | None:
-    """The partial result a bulk write error reports (``BulkWriteError.details``); None
-    for any other error."""
+    """The partial result a bulk write error reports (``BulkWriteError.details``, a
+    client bulk write's partial result); None for any other error."""
+    if isinstance(error, ClientBulkWriteException):
+        return clientbulk_ops.error_result(error)
     if not isinstance(error, BulkWriteError):
         return None
     details = error.details

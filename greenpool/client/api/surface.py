@@ -22,9 +22,6 @@ NOT_HERE: Final = {
     "MongoClient.watch": f"change streams are not in greenpool.Client yet; {_PYMONGO}",
     "Database.watch": f"change streams are not in greenpool.Client yet; {_PYMONGO}",
     "Collection.watch": f"change streams are not in greenpool.Client yet; {_PYMONGO}",
-    "MongoClient.bulk_write": (
-        f"the server's bulkWrite command across collections is not in greenpool.Client yet "
-        f"(Collection.bulk_write is); {_PYMONGO}"),
     "Collection.find_raw_batches": (
         f"batches of raw BSON are not in greenpool.Client yet; {_PYMONGO}"),
     "Collection.aggregate_raw_batches": (

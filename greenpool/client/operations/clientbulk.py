@@ -275,16 +275,7 @@ def execute(ops: Operations, builder: Builder, *, session: Any, ordered: bool,
     if not acknowledged:
         run.unacknowledged()
         return ClientBulkWriteResult({}, False, False)
-    implicit: _ImplicitSession | None = None
-    if session is None:
-        server_session = ops.take_server_session()
-        implicit = None if server_session is None else _ImplicitSession(server_session)
-    try:
-        result = run.acknowledged(session if implicit is None else implicit, write_concern)
-    finally:
-        if implicit is not None:
-            ops.give_server_session(implicit.server_session, implicit.dirty)
-    return ClientBulkWriteResult(result, True, verbose)
+    return ClientBulkWriteResult(run.acknowledged(session, write_concern), True, verbose)
 
 
 def _check_unacknowledged(builder: Builder, options: Mapping[str, Any]) -> None:
@@ -427,18 +418,31 @@ class _Run:
 
     def acknowledged(self, session: Any,
                      write_concern: dict[str, Any] | None) -> dict[str, Any]:
-        """Every batch in ``session`` (an explicit session, the call's implicit
-        one, or None if the server has no sessions); the result document."""
-        self.session = session
-        self.deadline = self.ops.deadline(None, session)
+        """Every batch in the explicit ``session``, else in an implicit one
+        lent for the call (none if the server has no sessions); the result
+        document."""
+        ops = self.ops
+        self.deadline = ops.deadline(None, session)
+        # After this first selection the topology knows whether sessions are supported.
         max_bson, max_message, max_count = self._limits(session)
         room = self._encode(max_bson, max_message, acknowledged=True)
         if write_concern is not None and not (session is not None and session.in_transaction):
             self.template["writeConcern"] = write_concern
+        implicit = None
+        if session is None:
+            server_session = ops.take_server_session()
+            implicit = None if server_session is None else _ImplicitSession(server_session)
+        self.session = session if implicit is None else implicit
+        try:
+            return self._run_batches(room, max_count)
+        finally:
+            if implicit is not None:
+                ops.give_server_session(implicit.server_session, implicit.dirty)
+
+    def _run_batches(self, room: int, max_count: int) -> dict[str, Any]:
         result = self.result
         for start, stop in self._batches(room, max_count):
-            command = self._command(start, stop)
-            reply = self._send(command)
+            reply = self._send(self._command(start, stop))
             self._merge(start, stop, reply)
             if self.ordered and result["writeErrors"]:
                 break
