@@ -5,8 +5,7 @@ set, whose failCommand fail point adds the overload error labels.
 As in tests/test_retryable_spec.py: a test runs through the project's unified runner
 (tests/unified/) on greenpool.Client's collection API, or through
 tests/retryable_unified.py's commands when it uses an operation that API does not
-express (COMMAND_RUNNER says which); a test that needs what the Client does not offer
-(NOT_OFFERED: change streams) is skipped, naming it.
+express (COMMAND_RUNNER says which).
 """
 
 from __future__ import annotations
@@ -33,10 +32,6 @@ COMMAND_RUNNER = {
     **RETRYABLE_COMMAND_RUNNER,
     "database.aggregate": "the collection API has no Database.aggregate; the aggregate "
                           "command on the database",
-}
-#: The operations greenpool.Client does not offer.
-NOT_OFFERED = {
-    "createChangeStream": "greenpool.Client has no change stream API",
 }
 BACKPRESSURE_DIR = SPEC_DIR / "client-backpressure" / "tests"
 FILES = sorted(path.name for path in BACKPRESSURE_DIR.glob("*.json")) if (
@@ -72,9 +67,6 @@ def test_client_backpressure(file_name: str, spec: dict[str, Any], test: dict[st
             pytest.skip(reason)
     names = [(operation["name"], f"{spec_object(spec, operation)}.{operation['name']}")
              for operation in test["operations"]]
-    for name, _ in names:
-        if name in NOT_OFFERED:
-            pytest.skip(f"needs {name}: {NOT_OFFERED[name]}")
     if any(name in COMMAND_RUNNER or qualified in COMMAND_RUNNER for name, qualified in names):
         try:
             retryable_unified.Runner(replset_uri, deployment.admin).run(spec, test)

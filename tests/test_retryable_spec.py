@@ -48,9 +48,6 @@ pytestmark = pytest.mark.timeout(60)
 HEARTBEAT = {"heartbeatFrequencyMS": 500}
 
 READS_NOT_APPLICABLE = {
-    **{f"changeStreams-{name}.json": "greenpool.Client has no change stream API"
-       for name in ("client.watch", "client.watch-serverErrors", "db.coll.watch",
-                    "db.coll.watch-serverErrors", "db.watch", "db.watch-serverErrors")},
     **{f"gridfs-{name}.json": (
         "the find commands' events are expected with filter {_id: <id>}; greenpool.gridfs "
         "sends {_id: {$eq: <id>}}, as PyMongo's gridfs does (an _id that is a document is "

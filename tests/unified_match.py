@@ -311,6 +311,9 @@ def _match_operator(operator: str, operand: Any, actual: Any, path: str, root: b
     if operator == "$$unsetOrMatches":
         if actual is not None:
             match(operand, actual, path, root=root, entities=entities)
+    elif operator == "$$exists":  # a value's, as $$unsetOrMatches' operand
+        assert (actual is not None) is operand, (
+            f"{where}: should {'' if operand else 'not '}exist, got {actual!r}")
     elif operator == "$$type":
         types = [operand] if isinstance(operand, str) else operand
         assert any(_type_matches(t, actual) for t in types), (

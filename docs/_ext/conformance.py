@@ -54,6 +54,8 @@ SPEC_MODULES = {
                                         "greenpool.Client)",
     "tests/test_gridfs_spec.py": "GridFS (unified format, PyMongo's gridfs and "
                                  "greenpool.gridfs)",
+    "tests/test_change_streams_spec.py": "Change Streams (unified format, PyMongo and "
+                                         "greenpool.Client)",
 }
 
 

@@ -51,8 +51,20 @@ _FIND_AND_MODIFY = {**_WRITE, "filter": "filter", "projection": "projection", "s
 _UPDATE = {**_WRITE, "filter": "filter", "upsert": "upsert",
            "bypassDocumentValidation": "bypass_document_validation"}
 
+_CHANGE_STREAM = {**_SESSION, **_COMMENT, "pipeline": "pipeline",
+                  "fullDocument": "full_document",
+                  "fullDocumentBeforeChange": "full_document_before_change",
+                  "resumeAfter": "resume_after", "startAfter": "start_after",
+                  "startAtOperationTime": "start_at_operation_time",
+                  "maxAwaitTimeMS": "max_await_time_ms", "batchSize": "batch_size",
+                  "collation": "collation", "showExpandedEvents": "show_expanded_events"}
+
 #: For each operation (``<entity kind>.<name>``), its arguments and PyMongo's keywords.
 KEYWORDS: dict[str, dict[str, str]] = {
+    "client.createChangeStream": _CHANGE_STREAM,
+    "database.createChangeStream": _CHANGE_STREAM,
+    "collection.createChangeStream": _CHANGE_STREAM,
+    "collection.rename": {**_SESSION, **_COMMENT, "to": "new_name", "dropTarget": "dropTarget"},
     # Client
     "client.listDatabases": {**_SESSION, **_COMMENT, "filter": "filter"},
     "client.listDatabaseNames": {**_SESSION, **_COMMENT, "filter": "filter"},

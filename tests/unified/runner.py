@@ -63,7 +63,8 @@ _TRANSACTION_OPTIONS = {"readConcern": "read_concern", "writeConcern": "write_co
 _COLLECTION_OPTIONS = {"readConcern": "read_concern", "writeConcern": "write_concern",
                        "readPreference": "read_preference"}
 # The operations whose result, saved as an entity, is of that kind.
-_SAVED_KINDS = {"createFindCursor": "cursor", "createCollection": "collection"}
+_SAVED_KINDS = {"createFindCursor": "cursor", "createCollection": "collection",
+                "createChangeStream": "changeStream"}
 
 
 class Runner:
@@ -146,7 +147,8 @@ class Runner:
         errors: list[Exception] = []
         for greenlets in self.threads.values():
             gevent.killall(greenlets)
-        for kind, method in (("cursor", "close"), ("session", "end_session"),
+        for kind, method in (("cursor", "close"), ("changeStream", "close"),
+                             ("session", "end_session"),
                              ("client", "close")):
             for name, entity in self.entities.items():
                 if self.kinds.get(name) == kind:
@@ -286,9 +288,11 @@ class Runner:
     def _dispatch(self, entity: Any, kind: str, name: str, given: dict[str, Any]) -> Any:
         if kind == "session" and name == "withTransaction":
             return self._with_transaction(entity, given)
-        if kind == "cursor" and name == "iterateUntilDocumentOrError":
+        if kind in ("cursor", "changeStream") and name == "iterateUntilDocumentOrError":
             return next(entity)
-        if kind in ("cursor", "client") and name == "close":
+        if kind == "changeStream" and name == "iterateOnce":
+            return entity.try_next()
+        if kind in ("cursor", "changeStream", "client") and name == "close":
             return entity.close()
         return call(f"{kind}.{name}", entity, arguments.convert(given, self.entities))
 

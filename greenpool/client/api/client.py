@@ -83,6 +83,7 @@ from typing import Any
 
 import gevent
 from bson.codec_options import CodecOptions, TypeRegistry
+from bson.timestamp import Timestamp
 from pymongo import monitoring as _m
 from pymongo.client_session import TransactionOptions  # type: ignore[attr-defined]
 from pymongo.driver_info import DriverInfo
@@ -96,6 +97,7 @@ from pymongo.topology_description import TOPOLOGY_TYPE, TopologyDescription
 from pymongo.write_concern import WriteConcern
 
 from greenpool.address import Address, format_address
+from greenpool.client.api.changestream import ChangeStream
 from greenpool.client.api.cursor import Cursor
 from greenpool.client.api.database import CACHED_NAMES, Database, Defaults
 from greenpool.client.api.findcursor import CommandCursor
@@ -678,6 +680,22 @@ class Client:
             command["comment"] = comment
         reply = self.command("admin", command, session=session)
         return CommandCursor(None, iter(reply["databases"]))
+
+    def watch(self, pipeline: list[Mapping[str, Any]] | None = None,
+              full_document: str | None = None, resume_after: Mapping[str, Any] | None = None,
+              max_await_time_ms: int | None = None, batch_size: int | None = None,
+              collation: Any = None, start_at_operation_time: Timestamp | None = None,
+              session: Session | None = None, start_after: Mapping[str, Any] | None = None,
+              comment: Any = None, full_document_before_change: str | None = None,
+              show_expanded_events: bool | None = None) -> ChangeStream:
+        """A change stream of every change in the deployment but in the ``admin``,
+        ``local`` and ``config`` databases (PyMongo's ``MongoClient.watch``), with
+        ``pipeline``'s stages after ``$changeStream``; the arguments are
+        :meth:`Collection.watch <greenpool.client.api.collection.Collection.watch>`'s."""
+        return self.get_database("admin")._watch(
+            pipeline, full_document, resume_after, max_await_time_ms, batch_size, collation,
+            start_at_operation_time, session, start_after, comment,
+            full_document_before_change, show_expanded_events, cluster=True)
 
     def bulk_write(self, models: Sequence[Any], session: Session | None = None,
                    ordered: bool = True, verbose_results: bool = False,

@@ -39,6 +39,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from bson.codec_options import CodecOptions
+from bson.timestamp import Timestamp
+from pymongo.collation import validate_collation_or_none
 from pymongo.errors import (
     ConfigurationError,
     DuplicateKeyError,
@@ -59,7 +61,8 @@ from pymongo.results import (
 )
 from pymongo.write_concern import WriteConcern
 
-from greenpool.client.api.cursor import Cursor
+from greenpool.client.api.changestream import ChangeStream, check_watch_options
+from greenpool.client.api.cursor import ITERATION, Cursor
 from greenpool.client.api.findcursor import (
     CommandCursor,
     FindCursor,
@@ -689,12 +692,61 @@ class Collection:
         ``batchSize`` sizes every batch (but a writing pipeline's first,
         which the CRUD spec leaves to the server) and ``maxAwaitTimeMS`` is
         each getMore's maxTimeMS, as PyMongo sends them."""
-        return self._aggregate(self._name, pipeline, session, let, comment, kwargs)
+        return CommandCursor(self._aggregate(self._name, pipeline, session, let, comment,
+                                             kwargs))
+
+    def watch(self, pipeline: Sequence[Mapping[str, Any]] | None = None,
+              full_document: str | None = None, resume_after: Mapping[str, Any] | None = None,
+              max_await_time_ms: int | None = None, batch_size: int | None = None,
+              collation: Any = None, start_at_operation_time: Timestamp | None = None,
+              session: Session | None = None, start_after: Mapping[str, Any] | None = None,
+              comment: Any = None, full_document_before_change: str | None = None,
+              show_expanded_events: bool | None = None) -> ChangeStream:
+        """A change stream of this collection's changes (PyMongo's
+        ``Collection.watch``; see :mod:`greenpool.client.api.changestream`), with
+        ``pipeline``'s stages after ``$changeStream``."""
+        return self._watch(self._name, pipeline, full_document, resume_after,
+                           max_await_time_ms, batch_size, collation, start_at_operation_time,
+                           session, start_after, comment, full_document_before_change,
+                           show_expanded_events)
+
+    def _watch(self, target: str | int, pipeline: Sequence[Mapping[str, Any]] | None,
+               full_document: str | None, resume_after: Mapping[str, Any] | None,
+               max_await_time_ms: int | None, batch_size: int | None, collation: Any,
+               start_at_operation_time: Timestamp | None, session: Session | None,
+               start_after: Mapping[str, Any] | None, comment: Any,
+               full_document_before_change: str | None, show_expanded_events: bool | None,
+               *, cluster: bool = False) -> ChangeStream:
+        """A change stream of an aggregate on ``target``, as :meth:`_aggregate`'s; of
+        the whole deployment (``allChangesForCluster``) with ``cluster``."""
+        stages = check_watch_options(pipeline, full_document, full_document_before_change,
+                                     batch_size, max_await_time_ms, start_at_operation_time)
+        options: dict[str, Any] = {"batchSize": batch_size, "maxAwaitTimeMS": max_await_time_ms}
+        collation = validate_collation_or_none(collation)
+        if collation is not None:
+            options["collation"] = collation
+
+        # Under a time limit, each next() gets it anew, its resume included (the CSOT
+        # spec's change streams).
+        deadline = self._ops.deadline(None, session)
+        limit = deadline.limit if deadline is not None and deadline.bounded else None
+        mode = ITERATION if limit is not None else None
+
+        def open_cursor(full: list[Mapping[str, Any]]) -> Cursor:
+            return self._aggregate(target, full, session, None, comment, dict(options),
+                                   timeout_mode=mode)
+
+        return ChangeStream(open_cursor, stages, time_limit=limit, full_document=full_document,
+                            full_document_before_change=full_document_before_change,
+                            resume_after=resume_after, start_after=start_after,
+                            start_at_operation_time=start_at_operation_time,
+                            show_expanded_events=show_expanded_events,
+                            all_changes_for_cluster=cluster)
 
     def _aggregate(self, target: str | int, pipeline: Sequence[Mapping[str, Any]],
                    session: Session | None, let: Mapping[str, Any] | None, comment: Any,
-                   kwargs: dict[str, Any]) -> CommandCursor:
-        """An aggregate on ``target``: this collection's name, or 1 for a
+                   kwargs: dict[str, Any], *, timeout_mode: str | None = None) -> Cursor:
+        """An aggregate's cursor, on ``target``: this collection's name, or 1 for a
         database's collection-less stages (``Database.aggregate``)."""
         if not isinstance(pipeline, list):
             raise TypeError(f"pipeline must be a list of stages, not {pipeline!r}")
@@ -720,8 +772,8 @@ class Collection:
         in_transaction = session is not None and session.in_transaction
         if writes and self._write_concern_field is not None and not in_transaction:
             command["writeConcern"] = self._write_concern_field
-        return CommandCursor(self._open_cursor(command, session, batch_size or None,
-                                               max_await_time_ms=max_await))
+        return self._open_cursor(command, session, batch_size or None,
+                                 max_await_time_ms=max_await, timeout_mode=timeout_mode)
 
     # -- indexes --------------------------------------------------------------------------
 
@@ -903,14 +955,15 @@ class Collection:
 
     def _open_cursor(self, command: Outgoing, session: Session | None, batch_size: int | None,
                      preference: _ServerMode | None = None, *,
-                     max_await_time_ms: int | None = None) -> Cursor:
+                     max_await_time_ms: int | None = None,
+                     timeout_mode: str | None = None) -> Cursor:
         """Open a server cursor with ``command`` (find, aggregate, list*)."""
         preference = preference or self._read_preference
         if session is not None:
             preference = self._in_session(command, session, preference)
         return Cursor(self._ops, self._db, command, batch_size=batch_size, session=session,
                       read_preference=preference,
-                      max_await_time_ms=max_await_time_ms)
+                      max_await_time_ms=max_await_time_ms, timeout_mode=timeout_mode)
 
     def _in_session(self, command: Outgoing, session: Session,
                     preference: _ServerMode) -> _ServerMode:

@@ -66,7 +66,7 @@ from pymongo.read_preferences import _ServerMode
 
 from greenpool.client.config import readpref
 from greenpool.client.operations.retries import has_write_stage
-from greenpool.client.operations.timeouts import Deadline, check_seconds
+from greenpool.client.operations.timeouts import Deadline, check_seconds, resolve
 from greenpool.pool.connection import Connection, Purpose
 from greenpool.wire.messages import Outgoing
 from greenpool.wire.replies import error_code
@@ -111,6 +111,10 @@ class Cursor:
         self._buffer: deque[dict[str, Any]] = deque()
         self._id = 0
         self._collection = ""
+        #: The last reply's ``cursor.postBatchResumeToken`` and the opening
+        #: reply's ``operationTime`` (what a change stream resumes from).
+        self.post_batch_resume_token: Mapping[str, Any] | None = None
+        self.operation_time: Any = None
         #: The server that opened the cursor (set by the opening command).
         self._address: Address | None = None
         #: The connection this cursor is pinned to (load-balanced mode).
@@ -181,6 +185,11 @@ class Cursor:
         return bool(self._buffer) or (self._id != 0 and not self._closed)
 
     @property
+    def buffered(self) -> int:
+        """How many documents are buffered (no round trip needed for them)."""
+        return len(self._buffer)
+
+    @property
     def pinned(self) -> bool:
         """Whether the cursor holds a connection of its own (load-balanced mode)."""
         return self._conn is not None
@@ -201,6 +210,22 @@ class Cursor:
         with self._exclusive():
             if not self._buffer and not self._fill():
                 return []
+            batch = list(self._buffer)
+            self._buffer.clear()
+            return batch
+
+    def poll(self) -> list[dict[str, Any]]:
+        """Every document buffered now, or, with none buffered, what one
+        getMore brings: perhaps nothing while the cursor stays open (a change
+        stream's ``try_next``). An empty list at the end too."""
+        with self._exclusive():
+            if not self._buffer and self._id != 0 and not self._closed:
+                deadline = self._deadline
+                if self._mode == ITERATION and deadline is not None:
+                    # The limit anew, within an enclosing block's (a change stream's
+                    # next() bounds its getMores and its resume together).
+                    deadline = resolve(deadline.limit, None)
+                self._get_more(deadline)
             batch = list(self._buffer)
             self._buffer.clear()
             return batch
@@ -299,7 +324,8 @@ class Cursor:
         """Run the opening command, retried as the Retryable Reads spec says."""
         # maxTimeMS only where the limit covers the server's whole work, or
         # bounds an awaitData cursor's first batch (the CSOT spec).
-        max_time = self._mode == CURSOR_LIFETIME or bool(command.get("awaitData"))
+        max_time = self._mode == CURSOR_LIFETIME or bool(command.get("awaitData")) or (
+            self._mode == ITERATION and _opens_change_stream(command))
         try:
             self._round_trip(command, "firstBatch", deadline, max_time=max_time)
         except PyMongoError as error:
@@ -386,6 +412,9 @@ class Cursor:
             raise InvalidOperation(f"the server's reply has a cursor id that is not an integer: "
                                    f"{cursor_id!r}")
         self._id = cursor_id
+        self.post_batch_resume_token = cursor.get("postBatchResumeToken")
+        if field == "firstBatch":
+            self.operation_time = reply.get("operationTime")
         namespace = cursor.get("ns")
         if isinstance(namespace, str) and "." in namespace:
             self._db, self._collection = namespace.split(".", 1)
@@ -477,6 +506,14 @@ def _timeout_mode(command: Mapping[str, Any], mode: str | None,
         raise InvalidOperation("timeout_mode='iteration' cannot bound an aggregate with "
                                "$out or $merge")
     return mode
+
+
+def _opens_change_stream(command: Mapping[str, Any]) -> bool:
+    """Whether ``command`` is a change stream's aggregate (which, like an awaitData
+    cursor's opening, is bounded by maxTimeMS in iteration mode: the CSOT spec)."""
+    pipeline = command.get("pipeline")
+    return (isinstance(pipeline, list) and bool(pipeline) and isinstance(pipeline[0], Mapping)
+            and "$changeStream" in pipeline[0])
 
 
 def _opening_preference(preference: _ServerMode, command: Mapping[str, Any],

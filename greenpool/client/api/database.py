@@ -28,11 +28,13 @@ from typing import Any
 
 from bson.codec_options import DEFAULT_CODEC_OPTIONS, CodecOptions
 from bson.dbref import DBRef
+from bson.timestamp import Timestamp
 from pymongo.errors import CollectionInvalid, InvalidOperation, OperationFailure
 from pymongo.read_concern import ReadConcern
 from pymongo.read_preferences import _ServerMode
 from pymongo.write_concern import WriteConcern
 
+from greenpool.client.api.changestream import ChangeStream
 from greenpool.client.api.collection import Collection
 from greenpool.client.api.cursor import Cursor
 from greenpool.client.api.findcursor import CommandCursor
@@ -356,8 +358,27 @@ class Database:
         (``let`` and ``comment`` among the keywords), with this database's
         read preference, read and write concern."""
         let, comment = kwargs.pop("let", None), kwargs.pop("comment", None)
-        return Collection(self, _AGGREGATE_NAMESPACE)._aggregate(1, pipeline, session, let,
-                                                                 comment, kwargs)
+        return CommandCursor(Collection(self, _AGGREGATE_NAMESPACE)._aggregate(
+            1, pipeline, session, let, comment, kwargs))
+
+    def watch(self, pipeline: list[Mapping[str, Any]] | None = None,
+              full_document: str | None = None, resume_after: Mapping[str, Any] | None = None,
+              max_await_time_ms: int | None = None, batch_size: int | None = None,
+              collation: Any = None, start_at_operation_time: Timestamp | None = None,
+              session: Session | None = None, start_after: Mapping[str, Any] | None = None,
+              comment: Any = None, full_document_before_change: str | None = None,
+              show_expanded_events: bool | None = None) -> ChangeStream:
+        """A change stream of the changes to every collection of this database
+        (PyMongo's ``Database.watch``), with ``pipeline``'s stages after
+        ``$changeStream``; the arguments are :meth:`Collection.watch
+        <greenpool.client.api.collection.Collection.watch>`'s."""
+        return self._watch(pipeline, full_document, resume_after, max_await_time_ms,
+                           batch_size, collation, start_at_operation_time, session,
+                           start_after, comment, full_document_before_change,
+                           show_expanded_events)
+
+    def _watch(self, *arguments: Any, cluster: bool = False) -> ChangeStream:
+        return Collection(self, _AGGREGATE_NAMESPACE)._watch(1, *arguments, cluster=cluster)
 
     def _run(self, command: Outgoing, session: Session | None,
              preference: _ServerMode) -> dict[str, Any]:

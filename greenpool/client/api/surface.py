@@ -19,9 +19,6 @@ _PYMONGO = "greenpool.pymongo.MongoClient (PyMongo's own client on greenpool's p
 
 #: PyMongo's public names the Client's classes lack, as ``Class.name``, and why.
 NOT_HERE: Final = {
-    "MongoClient.watch": f"change streams are not in greenpool.Client yet; {_PYMONGO}",
-    "Database.watch": f"change streams are not in greenpool.Client yet; {_PYMONGO}",
-    "Collection.watch": f"change streams are not in greenpool.Client yet; {_PYMONGO}",
     "Collection.find_raw_batches": (
         f"batches of raw BSON are not in greenpool.Client yet; {_PYMONGO}"),
     "Collection.aggregate_raw_batches": (
