@@ -97,15 +97,42 @@ class Sender(Protocol):
         the collection's write concern (False: w=0, True: the server's default)."""
 
 
-class Builder:
+class StatementOptions:
+    """What a bulk write's builder (a collection's, or the client's across
+    namespaces) does with a statement's options: each goes in only if given,
+    and collation and arrayFilters are remembered, since an unacknowledged
+    write refuses them."""
+
+    def __init__(self) -> None:
+        self.uses_collation = False
+        self.uses_array_filters = False
+
+    def add_options(self, statement: dict[str, Any], upsert: bool | None,
+                    collation: Mapping[str, Any] | None, hint: Any,
+                    sort: Mapping[str, Any] | None,
+                    array_filters: Sequence[Mapping[str, Any]] | None) -> None:
+        if upsert is not None:
+            statement["upsert"] = upsert
+        if collation is not None:
+            self.uses_collation = True
+            statement["collation"] = collation
+        if array_filters is not None:
+            self.uses_array_filters = True
+            statement["arrayFilters"] = list(array_filters)
+        if hint is not None:
+            statement["hint"] = hint
+        if sort is not None:
+            statement["sort"] = sort
+
+
+class Builder(StatementOptions):
     """The operations of one bulk write, as PyMongo's operation classes add
     themselves (``request._add_to_bulk(builder)``)."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.ops: list[tuple[int, dict[str, Any]]] = []
         self.retryable = True
-        self.uses_collation = False
-        self.uses_array_filters = False
 
     def add_insert(self, document: Any) -> None:
         assign_id(document)
@@ -139,18 +166,7 @@ class Builder:
                        collation: Mapping[str, Any] | None, hint: Any,
                        sort: Mapping[str, Any] | None,
                        array_filters: Sequence[Mapping[str, Any]] | None) -> None:
-        if upsert is not None:
-            statement["upsert"] = upsert
-        if collation is not None:
-            self.uses_collation = True
-            statement["collation"] = collation
-        if array_filters is not None:
-            self.uses_array_filters = True
-            statement["arrayFilters"] = list(array_filters)
-        if hint is not None:
-            statement["hint"] = hint
-        if sort is not None:
-            statement["sort"] = sort
+        self.add_options(statement, upsert, collation, hint, sort, array_filters)
         self.ops.append((kind, statement))
 
 

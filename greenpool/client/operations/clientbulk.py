@@ -117,14 +117,13 @@ class _Op:
         self.encoded = b""
 
 
-class Builder:
+class Builder(bulk.StatementOptions):
     """The operations of one client bulk write, as PyMongo's operation
     classes add themselves (``model._add_to_client_bulk(builder)``)."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.ops: list[_Op] = []
-        self.uses_collation = False
-        self.uses_array_filters = False
 
     def add_models(self, models: Sequence[Any]) -> None:
         """Add each of ``models``, refusing one that is not a write operation
@@ -171,7 +170,7 @@ class Builder:
                    collation: Mapping[str, Any] | None = None, hint: Any = None) -> None:
         bulk.check_document("filter", selector)
         document: dict[str, Any] = {"delete": 0, "filter": selector, "multi": multi}
-        self._add_options(document, None, None, hint, collation, None)
+        self.add_options(document, None, collation, hint, None, None)
         self._add(namespace, "delete", document)
 
     def _add_update(self, namespace: str, kind: str, selector: Mapping[str, Any], mods: Any,
@@ -181,26 +180,8 @@ class Builder:
         bulk.check_document("filter", selector)
         document: dict[str, Any] = {"update": 0, "filter": selector, "updateMods": mods,
                                     "multi": multi}
-        self._add_options(document, upsert, array_filters, hint, collation, sort)
+        self.add_options(document, upsert, collation, hint, sort, array_filters)
         self._add(namespace, kind, document)
-
-    def _add_options(self, document: dict[str, Any], upsert: bool | None,
-                     array_filters: Sequence[Mapping[str, Any]] | None, hint: Any,
-                     collation: Mapping[str, Any] | None,
-                     sort: Mapping[str, Any] | None) -> None:
-        """The options given (each sent only if given, as the spec says)."""
-        if upsert is not None:
-            document["upsert"] = upsert
-        if array_filters is not None:
-            self.uses_array_filters = True
-            document["arrayFilters"] = list(array_filters)
-        if hint is not None:
-            document["hint"] = hint
-        if collation is not None:
-            self.uses_collation = True
-            document["collation"] = collation
-        if sort is not None:
-            document["sort"] = sort
 
     def _add(self, namespace: str, result: str, document: dict[str, Any],
              inserted_id: Any = None) -> None:
