@@ -34,6 +34,9 @@ def _no_leftover_greenlets():
 # whatever the tests did. A test that kills or restarts a server starts its own ServerProcess.
 
 from collections.abc import Iterator  # noqa: E402
+from typing import Any  # noqa: E402
+
+from pymongo import MongoClient  # noqa: E402
 
 from tests.servers import (  # noqa: E402
     ADMIN,
@@ -45,6 +48,7 @@ from tests.servers import (  # noqa: E402
     make_tls_files,
     standalone_uri,
 )
+from tests.unified.deployment import Deployment  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -59,6 +63,16 @@ def replset_uri() -> Iterator[str]:
     """The URI of a SecantusDB presenting a one-node replica set ``secantus`` (transactions)."""
     with ServerProcess(replica_set=True) as server:
         yield server.uri
+
+
+@pytest.fixture(scope="module")
+def deployment(replset_uri: str) -> Iterator[Deployment]:
+    """The unified runner's view of ``replset_uri``: the server, and the runner's own
+    PyMongo client for initial data and outcomes (the spec modules' fixture)."""
+    admin: MongoClient[dict[str, Any]]
+    with MongoClient(replset_uri, directConnection=True,
+                     serverSelectionTimeoutMS=10_000) as admin:
+        yield Deployment.of(admin, auth=False)
 
 
 @pytest.fixture(scope="session")

@@ -10,11 +10,9 @@ express (COMMAND_RUNNER says which).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from pymongo import MongoClient
 
 from tests import retryable_unified
 from tests.cmap_runner import SPEC_DIR
@@ -46,13 +44,6 @@ def test_spec_tests_are_present() -> None:
     """One visible skip when the spec files are missing; never a silent pass."""
     assert FILES == ["backpressure-connection-checkin.json", "backpressure-retry-loop.json",
                      "backpressure-retry-max-attempts.json", "getMore-retried.json"]
-
-
-@pytest.fixture(scope="module")
-def deployment(replset_uri: str) -> Iterator[Deployment]:
-    with MongoClient(replset_uri, directConnection=True,
-                     serverSelectionTimeoutMS=10_000) as admin:
-        yield Deployment.of(admin, auth=False)
 
 
 @pytest.mark.parametrize(("file_name", "spec", "test"), CASES, ids=[

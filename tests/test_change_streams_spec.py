@@ -10,11 +10,7 @@ whose runOnRequirements the server does not meet is not run, as the format says.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
-
 import pytest
-from pymongo import MongoClient
 
 from tests.cmap_runner import SPEC_DIR
 from tests.unified.deployment import Deployment
@@ -32,15 +28,6 @@ NOT_RUN: dict[str, NotRun] = {}
 FAIL_POINT_HEARTBEAT_MS = 500
 
 CASES = [(name, client) for name in spec_files(CHANGE_STREAMS_DIR) for client in CLIENTS]
-
-
-@pytest.fixture(scope="module")
-def deployment(replset_uri: str) -> Iterator[Deployment]:
-    """The server, and the runner's own PyMongo client for initial data and outcomes."""
-    admin: MongoClient[dict[str, Any]]
-    with MongoClient(replset_uri, directConnection=True,
-                     serverSelectionTimeoutMS=10_000) as admin:
-        yield Deployment.of(admin, auth=False)
 
 
 def test_every_table_entry_names_a_spec_file() -> None:

@@ -16,11 +16,7 @@ as the format says.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
-
 import pytest
-from pymongo import MongoClient
 
 from tests.cmap_runner import SPEC_DIR
 from tests.unified.deployment import Deployment
@@ -61,15 +57,6 @@ REFERENCE_NOT_RUN: dict[str, NotRun] = {
 
 CRUD_CASES = [(name, client) for name in spec_files(CRUD_DIR) for client in CLIENTS]
 RWC_CASES = [(name, client) for name in spec_files(RWC_DIR) for client in CLIENTS]
-
-
-@pytest.fixture(scope="module")
-def deployment(replset_uri: str) -> Iterator[Deployment]:
-    """The server, and the runner's own PyMongo client for initial data and outcomes."""
-    admin: MongoClient[dict[str, Any]]
-    with MongoClient(replset_uri, directConnection=True,
-                     serverSelectionTimeoutMS=10_000) as admin:
-        yield Deployment.of(admin, auth=False)
 
 
 def entity_uri(replset_uri: str) -> str:

@@ -23,7 +23,6 @@ from typing import Any
 import gevent
 import pymongo
 import pytest
-from pymongo import MongoClient
 
 import greenpool
 from tests import csot_unified
@@ -165,13 +164,6 @@ def _operations(operations: list[dict[str, Any]]) -> Any:
         yield from _operations(arguments.get("callback") or [])
         if "operation" in arguments:
             yield from _operations([arguments["operation"]])
-
-
-@pytest.fixture(scope="module")
-def deployment(replset_uri: str) -> Any:
-    with MongoClient(replset_uri, directConnection=True,
-                     serverSelectionTimeoutMS=10_000) as admin:
-        yield Deployment.of(admin, auth=False)
 
 
 def run_on_collection_api(spec: dict[str, Any], test: dict[str, Any], uri: str,

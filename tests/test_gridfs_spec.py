@@ -9,11 +9,7 @@ Test ids are ``test_gridfs[<file>-<client>]``. Every case of every file runs on 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
-
 import pytest
-from pymongo import MongoClient
 
 from tests.cmap_runner import SPEC_DIR
 from tests.unified.deployment import Deployment
@@ -25,15 +21,6 @@ GRIDFS_DIR = SPEC_DIR / "gridfs" / "tests"
 #: What is not run, and why: nothing.
 NOT_RUN: dict[str, NotRun] = {}
 CASES = [(name, client) for name in spec_files(GRIDFS_DIR) for client in CLIENTS]
-
-
-@pytest.fixture(scope="module")
-def deployment(replset_uri: str) -> Iterator[Deployment]:
-    """The server, and the runner's own PyMongo client for initial data and outcomes."""
-    admin: MongoClient[dict[str, Any]]
-    with MongoClient(replset_uri, directConnection=True,
-                     serverSelectionTimeoutMS=10_000) as admin:
-        yield Deployment.of(admin, auth=False)
 
 
 @pytest.mark.parametrize(("name", "client"), CASES, ids=ids(CASES))

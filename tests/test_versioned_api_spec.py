@@ -11,11 +11,7 @@ A case whose runOnRequirements the server does not meet is not run, as the forma
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
-
 import pytest
-from pymongo import MongoClient
 
 from tests.cmap_runner import SPEC_DIR
 from tests.unified.deployment import Deployment
@@ -27,14 +23,6 @@ VERSIONED_DIR = SPEC_DIR / "versioned-api" / "tests"
 #: What is not run, and why: one case as ``file[description]``.
 NOT_RUN: dict[str, NotRun] = {}
 CASES = [(name, client) for name in spec_files(VERSIONED_DIR) for client in CLIENTS]
-
-
-@pytest.fixture(scope="module")
-def deployment(replset_uri: str) -> Iterator[Deployment]:
-    admin: MongoClient[dict[str, Any]]
-    with MongoClient(replset_uri, directConnection=True,
-                     serverSelectionTimeoutMS=10_000) as admin:
-        yield Deployment.of(admin, auth=False)
 
 
 @pytest.mark.timeout(120)
