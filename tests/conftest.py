@@ -38,6 +38,7 @@ from typing import Any  # noqa: E402
 
 from pymongo import MongoClient  # noqa: E402
 
+from greenpool.testing.replset import ReplicaSet  # noqa: E402
 from tests.servers import (  # noqa: E402
     ADMIN,
     POOL_USER,
@@ -46,6 +47,7 @@ from tests.servers import (  # noqa: E402
     ServerProcess,
     TLSServer,
     make_tls_files,
+    restore_set,
     standalone_uri,
 )
 from tests.unified.deployment import Deployment  # noqa: E402
@@ -73,6 +75,20 @@ def deployment(replset_uri: str) -> Iterator[Deployment]:
     with MongoClient(replset_uri, directConnection=True,
                      serverSelectionTimeoutMS=10_000) as admin:
         yield Deployment.of(admin, auth=False)
+
+
+@pytest.fixture(scope="module")
+def module_set() -> Iterator[ReplicaSet]:
+    """A three-member replica set on the emulator, for one module's tests."""
+    with ReplicaSet(3) as members:
+        yield members
+
+
+@pytest.fixture
+def rs(module_set: ReplicaSet) -> Iterator[ReplicaSet]:
+    """The module's set, restored after the test (tests/servers.py restore_set)."""
+    yield module_set
+    restore_set(module_set)
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,6 @@ Waits are on events and counts, never on durations.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import gevent
@@ -20,23 +19,10 @@ import greenpool
 from greenpool.client.api.changestream import ChangeStream
 from greenpool.testing.replset import ReplicaSet
 from tests.events import AllEvents
-from tests.servers import restore_set
 
 pytestmark = pytest.mark.timeout(120)
 
 CHANGES = 20
-
-
-@pytest.fixture(scope="module")
-def module_set() -> Iterator[ReplicaSet]:
-    with ReplicaSet(3) as members:
-        yield members
-
-
-@pytest.fixture
-def rs(module_set: ReplicaSet) -> Iterator[ReplicaSet]:
-    yield module_set
-    restore_set(module_set)
 
 
 def insert(collection: Any, number: int) -> None:

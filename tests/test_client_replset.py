@@ -9,7 +9,7 @@ emulates no replication (what one member writes every member reads at once).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import gevent
@@ -19,22 +19,8 @@ from pymongo import monitoring as _m
 import greenpool
 from greenpool.testing.replset import ReplicaSet
 from tests.events import AllEvents
-from tests.servers import restore_set
 
 pytestmark = pytest.mark.timeout(120)
-
-
-@pytest.fixture(scope="module")
-def module_set() -> Iterator[ReplicaSet]:
-    with ReplicaSet(3) as members:
-        yield members
-
-
-@pytest.fixture
-def rs(module_set: ReplicaSet) -> Iterator[ReplicaSet]:
-    """The module's set, restored after the test (tests/servers.py restore_set)."""
-    yield module_set
-    restore_set(module_set)
 
 
 def address(text: str) -> tuple[str, int]:

@@ -34,25 +34,11 @@ from greenpool.testing.replset import MemberConfig, ReplicaSet
 from greenpool.wire.connector import connect
 from greenpool.wire.link import Link, LinkOptions
 from tests.events import AllEvents
-from tests.servers import restore_set
 from tests.test_embedded import ROOT, interruptible, wait_gone
 
 pytestmark = pytest.mark.timeout(300)
 
 OPTIONS = LinkOptions(connect_timeout=10.0, socket_timeout=30.0)
-
-
-@pytest.fixture(scope="module")
-def module_set() -> Iterator[ReplicaSet]:
-    with ReplicaSet(3) as rs:
-        yield rs
-
-
-@pytest.fixture
-def rs(module_set: ReplicaSet) -> Iterator[ReplicaSet]:
-    """The module's set, restored after the test (tests/servers.py restore_set)."""
-    yield module_set
-    restore_set(module_set)
 
 
 def address(text: str) -> tuple[str, int]:
