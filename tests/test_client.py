@@ -317,8 +317,10 @@ def test_check_timeout_interrupts_in_use_connections(
                        connectTimeoutMS=300)
     with Client(uri, event_listeners=[events]) as client:
         client.command("admin", {"ping": 1})
-        # Interrupted: the server would have answered after its 3 s block instead.
-        with failpoint(mongodb_uri, fail(app_name, ["ping", "hello"], {"times": 2},
+        # Interrupted: the server would have answered after its 3 s block instead. Three
+        # times: the ping, the monitor's hello, and the RTT monitor's hello (every 500 ms on
+        # its own connection, with the same appName), which may come before the monitor's.
+        with failpoint(mongodb_uri, fail(app_name, ["ping", "hello"], {"times": 3},
                                          blockConnection=True, blockTimeMS=3000)), \
                 pytest.raises(PoolClearedError) as interrupted:
             client.command("admin", {"ping": 1})
