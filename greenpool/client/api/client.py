@@ -78,6 +78,7 @@ nothing of this module.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -107,6 +108,7 @@ from greenpool.client.config.clientoptions import ClientOptions
 from greenpool.client.config.codecs import check_codec_options
 from greenpool.client.config.inert import warn_inert_options
 from greenpool.client.config.settings import ClientSettings
+from greenpool.client.config.tracing import TracingOptions
 from greenpool.client.operations import clientbulk
 from greenpool.client.operations.commands import CommandPublisher
 from greenpool.client.operations.concern import (
@@ -254,7 +256,7 @@ class Client:
             server_selection_timeout=settings.server_selection_timeout,
             local_threshold=settings.local_threshold, listeners=listeners,
             server_selector=arguments.server_selector)
-        self._operations = Operations(
+        self._operations = _operations_class(arguments.tracing)(
             self.topology, CommandPublisher(listeners), timeout=settings.timeout,
             retry_reads=settings.retry_reads, retry_writes=settings.retry_writes,
             max_adaptive_retries=settings.max_adaptive_retries,
@@ -994,3 +996,14 @@ def _check_batch_size(batch_size: int | None) -> None:
             not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 0):
         raise ValueError(f"batch_size must be None or an int >= 0, not {batch_size!r}")
 
+
+def _operations_class(tracing: TracingOptions) -> Callable[..., Operations]:
+    """What runs the Client's operations: plain Operations unless it traces, so that a
+    Client that does not trace runs not one instruction of tracing (the tracing module,
+    and OpenTelemetry, are not even imported)."""
+    if not tracing.enabled:
+        return Operations
+    from greenpool.client.operations.traced import TracedOperations
+
+    return functools.partial(TracedOperations,
+                             query_text_max_length=tracing.query_text_max_length)

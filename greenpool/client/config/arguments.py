@@ -26,6 +26,7 @@ Rules. No I/O of its own (a ``mongodb+srv://`` string's DNS lookups are
 from __future__ import annotations
 
 import difflib
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -38,6 +39,7 @@ from pymongo.server_api import ServerApi
 from greenpool.address import DEFAULT_PORT
 from greenpool.client.config import codecs
 from greenpool.client.config.settings import ClientSettings
+from greenpool.client.config.tracing import OFF, TracingOptions, read_tracing
 from greenpool.client.config.uri import OPTION_NAMES, client_settings
 from greenpool.errors import ConfigurationError, OptionTypeError
 
@@ -46,7 +48,7 @@ __all__ = ["OBJECTS", "REFUSED", "ClientArguments", "api_fields", "read_argument
 #: PyMongo's keyword-only options that take an object (no connection string
 #: option has them), by lower-case name.
 OBJECTS: Final = ("event_listeners", "read_preference", "server_api", "driver",
-                  "server_selector", "username", "password")
+                  "server_selector", "username", "password", "tracing")
 
 #: PyMongo's snake_case spellings of connection string options.
 _SPELLINGS: Final = {
@@ -88,6 +90,8 @@ class ClientArguments:
     server_api: ServerApi | None = None
     driver: DriverInfo | None = None
     server_selector: Callable[[list[Any]], list[Any]] | None = None
+    #: OpenTelemetry tracing, from ``tracing=`` and the environment.
+    tracing: TracingOptions = OFF
 
     @property
     def connect(self) -> bool:
@@ -127,6 +131,7 @@ def read_arguments(host: object, port: object, keywords: Mapping[str, Any]) -> C
     preference = objects.pop("read_preference", None)
     if preference is not None:
         options.update(_preference_options(preference))
+    objects["tracing"] = read_tracing(objects.pop("tracing", None), os.environ)
     settings = client_settings(uri, options, hosts=hosts, port=port,
                                username=objects.pop("username", None),
                                password=objects.pop("password", None))
@@ -152,6 +157,8 @@ def _hosts(host: object) -> tuple[str | None, tuple[str, ...]]:
 
 def _checked_object(key: str, value: Any) -> Any:
     """A keyword-only option's value, checked as PyMongo checks its type."""
+    if key == "tracing":
+        return value  # greenpool.client.config.tracing checks it, with the environment
     if key == "event_listeners":
         listeners = tuple(value or ())
         for listener in listeners:

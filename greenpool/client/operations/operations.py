@@ -62,6 +62,7 @@ from pymongo.read_preferences import _ServerMode
 from pymongo.server_description import ServerDescription
 from pymongo.topology_description import TOPOLOGY_TYPE
 
+from greenpool._compiled import mypyc_attr
 from greenpool.address import Address
 from greenpool.client.config import readpref
 from greenpool.client.config.settings import DEFAULT_MAX_ADAPTIVE_RETRIES
@@ -153,6 +154,8 @@ class ServerSession:
         self.dirty = False
 
 
+# Compiled, it still takes the Python subclass that traces (client.operations.traced).
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Operations:
     """The machinery a Client's operations share; see the module's docstring."""
 
