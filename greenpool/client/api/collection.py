@@ -66,6 +66,8 @@ from greenpool.client.api.cursor import ITERATION, Cursor
 from greenpool.client.api.findcursor import (
     CommandCursor,
     FindCursor,
+    RawBatchCommandCursor,
+    RawBatchCursor,
     index_document,
     index_name,
     projection_document,
@@ -609,6 +611,11 @@ class Collection:
         find arguments and builder methods; nothing is sent until it is read."""
         return FindCursor(self, *args, **kwargs)
 
+    def find_raw_batches(self, *args: Any, **kwargs: Any) -> RawBatchCursor:
+        """:meth:`find`, read a batch at a time: each batch's documents as
+        the server sent them, in one ``bytes`` (``bson.decode_all`` reads it)."""
+        return RawBatchCursor(self, *args, **kwargs)
+
     def find_one(self, filter: Any = None, *args: Any, **kwargs: Any) -> Any:
         """The first document ``filter`` matches, or None. A ``filter`` that
         is not a document is an ``_id``: ``find_one(oid)``."""
@@ -695,6 +702,15 @@ class Collection:
         return CommandCursor(self._aggregate(self._name, pipeline, session, let, comment,
                                              kwargs))
 
+    def aggregate_raw_batches(self, pipeline: Sequence[Mapping[str, Any]],
+                              session: Session | None = None, comment: Any = None,
+                              **kwargs: Any) -> RawBatchCommandCursor:
+        """:meth:`aggregate`, read a batch at a time as :meth:`find_raw_batches`
+        reads. The aggregate asks for an empty first batch (a writing one
+        aside), as PyMongo's does: every batch comes from a getMore."""
+        return RawBatchCommandCursor(self._aggregate(self._name, pipeline, session, None,
+                                                     comment, kwargs, raw_batches=True))
+
     def watch(self, pipeline: Sequence[Mapping[str, Any]] | None = None,
               full_document: str | None = None, resume_after: Mapping[str, Any] | None = None,
               max_await_time_ms: int | None = None, batch_size: int | None = None,
@@ -745,7 +761,8 @@ class Collection:
 
     def _aggregate(self, target: str | int, pipeline: Sequence[Mapping[str, Any]],
                    session: Session | None, let: Mapping[str, Any] | None, comment: Any,
-                   kwargs: dict[str, Any], *, timeout_mode: str | None = None) -> Cursor:
+                   kwargs: dict[str, Any], *, timeout_mode: str | None = None,
+                   raw_batches: bool = False) -> Cursor:
         """An aggregate's cursor, on ``target``: this collection's name, or 1 for a
         database's collection-less stages (``Database.aggregate``)."""
         if not isinstance(pipeline, list):
@@ -757,6 +774,8 @@ class Collection:
         command["pipeline"] = pipeline
         batch_size = kwargs.pop("batchSize", kwargs.pop("batch_size", None))
         command["cursor"] = {} if batch_size is None or writes else {"batchSize": batch_size}
+        if raw_batches and not writes:
+            command["cursor"] = {"batchSize": 0}
         max_await = kwargs.pop("maxAwaitTimeMS", kwargs.pop("max_await_time_ms", None))
         if "maxTimeMS" not in kwargs and "max_time_ms" in kwargs:
             kwargs["maxTimeMS"] = kwargs.pop("max_time_ms")
@@ -773,7 +792,8 @@ class Collection:
         if writes and self._write_concern_field is not None and not in_transaction:
             command["writeConcern"] = self._write_concern_field
         return self._open_cursor(command, session, batch_size or None,
-                                 max_await_time_ms=max_await, timeout_mode=timeout_mode)
+                                 max_await_time_ms=max_await, timeout_mode=timeout_mode,
+                                 raw_batches=raw_batches)
 
     # -- indexes --------------------------------------------------------------------------
 
@@ -956,14 +976,16 @@ class Collection:
     def _open_cursor(self, command: Outgoing, session: Session | None, batch_size: int | None,
                      preference: _ServerMode | None = None, *,
                      max_await_time_ms: int | None = None,
-                     timeout_mode: str | None = None) -> Cursor:
-        """Open a server cursor with ``command`` (find, aggregate, list*)."""
+                     timeout_mode: str | None = None, raw_batches: bool = False) -> Cursor:
+        """Open a server cursor with ``command`` (find, aggregate, list*);
+        ``raw_batches``: one that reads each batch as its BSON bytes."""
         preference = preference or self._read_preference
         if session is not None:
             preference = self._in_session(command, session, preference)
         return Cursor(self._ops, self._db, command, batch_size=batch_size, session=session,
                       read_preference=preference,
-                      max_await_time_ms=max_await_time_ms, timeout_mode=timeout_mode)
+                      max_await_time_ms=max_await_time_ms, timeout_mode=timeout_mode,
+                      raw_batches=raw_batches)
 
     def _in_session(self, command: Outgoing, session: Session,
                     preference: _ServerMode) -> _ServerMode:

@@ -34,6 +34,12 @@ aggregate's comment goes on every getMore) and, given ``max_await_time_ms``,
 ``maxTimeMS``: how long the server waits for new data (awaitData), within the
 time left under timeoutMS (the CSOT spec).
 
+Raw batches (``raw_batches=True``: PyMongo's ``find_raw_batches`` and
+``aggregate_raw_batches``): the replies decode as RawBSONDocument, and each
+non-empty batch is buffered as one ``bytes``, its documents' BSON as the
+server sent them, one after another (``bson.decode_all`` reads it); nothing
+is decoded or encoded again.
+
 A getMore the server refuses ends the cursor, as PyMongo's does: it is
 closed, with killCursors unless the error says the server no longer has it.
 
@@ -61,6 +67,7 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import gevent
+from bson.raw_bson import RawBSONDocument
 from pymongo.errors import ConnectionFailure, InvalidOperation, OperationFailure, PyMongoError
 from pymongo.read_preferences import _ServerMode
 
@@ -100,7 +107,7 @@ class Cursor:
                  timeout: float | None = None, timeout_mode: str | None = None,
                  read_preference: _ServerMode | None = None,
                  retry: bool | None = None, comment: Any = None,
-                 max_await_time_ms: int | None = None) -> None:
+                 max_await_time_ms: int | None = None, raw_batches: bool = False) -> None:
         self._operations = operations
         #: The opening command's read preference (getMore and killCursors
         #: carry none).
@@ -108,7 +115,8 @@ class Cursor:
         self._db = dbname
         self._session = session
         self._batch_size = batch_size
-        self._buffer: deque[dict[str, Any]] = deque()
+        #: Documents; or, for raw batches, each batch's bytes.
+        self._buffer: deque[Any] = deque()
         self._id = 0
         self._collection = ""
         #: The last reply's ``cursor.postBatchResumeToken`` and the opening
@@ -127,6 +135,10 @@ class Cursor:
         #: Whether a command of this cursor failed other than by the server's
         #: refusal (network error, kill): its implicit session is not reused.
         self._lsid_dirty = False
+        #: Whether the buffer holds each batch's BSON bytes, not its documents.
+        self._raw_batches = raw_batches
+        if raw_batches:
+            _decode_raw(command)
         #: The opening command's codec options, which its getMores' replies
         #: decode with too (the collection API's; None: the default).
         self._codec_options = command.codec_options if type(command) is Outgoing else None
@@ -197,13 +209,14 @@ class Cursor:
     def __iter__(self) -> Iterator[dict[str, Any]]:
         return self
 
-    def __next__(self) -> dict[str, Any]:
+    def __next__(self) -> Any:
+        """The next document (for raw batches, the next batch's bytes)."""
         with self._exclusive():
             if not self._buffer and not self._fill():
                 raise StopIteration
             return self._buffer.popleft()
 
-    def next_batch(self) -> list[dict[str, Any]]:
+    def next_batch(self) -> list[Any]:
         """Every document buffered now, or, with none buffered, the next
         batch from the server; an empty list at the end. One call per batch
         rather than per document: for callers that drain the cursor."""
@@ -214,7 +227,7 @@ class Cursor:
             self._buffer.clear()
             return batch
 
-    def poll(self) -> list[dict[str, Any]]:
+    def poll(self) -> list[Any]:
         """Every document buffered now, or, with none buffered, what one
         getMore brings: perhaps nothing while the cursor stays open (a change
         stream's ``try_next``). An empty list at the end too."""
@@ -418,7 +431,13 @@ class Cursor:
         namespace = cursor.get("ns")
         if isinstance(namespace, str) and "." in namespace:
             self._db, self._collection = namespace.split(".", 1)
-        self._buffer.extend(cursor[field])
+        if not self._raw_batches:
+            self._buffer.extend(cursor[field])
+        elif cursor[field]:
+            # The documents' bytes as the server sent them (RawBSONDocument
+            # slices of the reply), one stream per batch; an empty batch is
+            # not one, as in PyMongo's raw batch cursors.
+            self._buffer.append(b"".join(document.raw for document in cursor[field]))
 
     def _round_trip(self, command: dict[str, Any], batch: str | None = None,
                     deadline: Deadline | None = None, *, max_time: bool = True) -> None:
@@ -506,6 +525,15 @@ def _timeout_mode(command: Mapping[str, Any], mode: str | None,
         raise InvalidOperation("timeout_mode='iteration' cannot bound an aggregate with "
                                "$out or $merge")
     return mode
+
+
+def _decode_raw(command: dict[str, Any]) -> None:
+    """Have the replies to ``command`` and its getMores decode as
+    RawBSONDocument, whose documents are slices of the reply's bytes (the
+    command itself still encodes with the collection's codec options)."""
+    if type(command) is not Outgoing:
+        raise TypeError("a cursor of raw batches needs an Outgoing command")
+    command.codec_options = command.codec_options.with_options(document_class=RawBSONDocument)
 
 
 def _opens_change_stream(command: Mapping[str, Any]) -> bool:

@@ -8,6 +8,8 @@ projection is find's argument. Reading it opens a
 :class:`greenpool.client.api.cursor.Cursor`, whose getMore and killCursors
 machinery does the rest. :class:`CommandCursor` is what ``aggregate``,
 ``list_indexes`` and ``list_collections`` return: the command already ran.
+:class:`RawBatchCursor` and :class:`RawBatchCommandCursor` are their raw
+batch forms (``find_raw_batches``, ``aggregate_raw_batches``).
 
 Both iterate, give ``to_list()``, ``close()`` and work as context managers,
 as PyMongo's do.
@@ -33,8 +35,8 @@ from greenpool.client.api.cursor import Cursor
 from greenpool.client.operations.session import Session
 from greenpool.wire.messages import Outgoing
 
-__all__ = ["CollectionLike", "CommandCursor", "FindCursor", "index_document", "index_name",
-           "projection_document"]
+__all__ = ["CollectionLike", "CommandCursor", "FindCursor", "RawBatchCommandCursor",
+           "RawBatchCursor", "index_document", "index_name", "projection_document"]
 
 ASCENDING = 1
 
@@ -55,7 +57,8 @@ class CollectionLike(Protocol):
 
     def _open_cursor(self, command: Outgoing, session: Session | None, batch_size: int | None,
                      preference: _ServerMode | None = None, *,
-                     max_await_time_ms: int | None = None) -> Cursor: ...
+                     max_await_time_ms: int | None = None,
+                     raw_batches: bool = False) -> Cursor: ...
 
 
 def index_document(keys: Any, direction: Any = None) -> dict[str, Any]:
@@ -419,11 +422,14 @@ class FindCursor:
 
     # -- reading ----------------------------------------------------------------------------
 
+    #: Whether each read gives a batch's BSON bytes (:class:`RawBatchCursor`).
+    _raw_batches = False
+
     def _opened(self) -> Cursor:
         if self._cursor is None:
             self._cursor = self._collection._open_cursor(
                 self._command(), self._session, self._batch_size or None,
-                max_await_time_ms=self._max_await_time_ms)
+                max_await_time_ms=self._max_await_time_ms, raw_batches=self._raw_batches)
         return self._cursor
 
     def __iter__(self) -> Iterator[Any]:
@@ -500,6 +506,19 @@ class FindCursor:
         self.close()
 
 
+class RawBatchCursor(FindCursor):
+    """What ``collection.find_raw_batches()`` returns: a :class:`FindCursor`
+    whose every read gives one batch's documents as the server sent them,
+    their BSON one after another in one ``bytes`` (``bson.decode_all`` reads
+    it), as PyMongo's ``RawBatchCursor``. Builder methods, ``explain()``
+    (decoded) and the rest are FindCursor's; ``retrieved`` counts batches."""
+
+    _raw_batches = True
+
+    def __getitem__(self, index: int | slice) -> Any:
+        raise InvalidOperation("Cannot call __getitem__ on RawBatchCursor")
+
+
 class CommandCursor:
     """The documents of a command that opened a cursor (aggregate, list*)."""
 
@@ -571,6 +590,15 @@ class CommandCursor:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+class RawBatchCommandCursor(CommandCursor):
+    """What ``collection.aggregate_raw_batches()`` returns: each read gives
+    one batch's BSON bytes, as :class:`RawBatchCursor`'s do (PyMongo's
+    ``RawBatchCommandCursor``)."""
+
+    def __getitem__(self, index: int) -> Any:
+        raise InvalidOperation("Cannot call __getitem__ on RawBatchCommandCursor")
 
 
 def _bound(name: str, spec: Any) -> dict[str, Any]:

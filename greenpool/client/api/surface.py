@@ -15,12 +15,5 @@ from typing import Final
 
 __all__ = ["NOT_HERE"]
 
-_PYMONGO = "greenpool.pymongo.MongoClient (PyMongo's own client on greenpool's pools) has it"
-
 #: PyMongo's public names the Client's classes lack, as ``Class.name``, and why.
-NOT_HERE: Final = {
-    "Collection.find_raw_batches": (
-        f"batches of raw BSON are not in greenpool.Client yet; {_PYMONGO}"),
-    "Collection.aggregate_raw_batches": (
-        f"batches of raw BSON are not in greenpool.Client yet; {_PYMONGO}"),
-}
+NOT_HERE: Final[dict[str, str]] = {}
