@@ -134,6 +134,9 @@ KEYWORDS: dict[str, dict[str, str]] = {
     "collection.dropIndex": {**_SESSION, **_COMMENT, "name": "index_or_name"},
     "collection.dropIndexes": {**_SESSION, **_COMMENT},
     "collection.listIndexes": {**_SESSION, **_COMMENT},
+    "collection.createSearchIndex": {"model": "model"},
+    "collection.updateSearchIndex": {"name": "name", "definition": "definition"},
+    "collection.dropSearchIndex": {"name": "name"},
     "collection.drop": {**_SESSION, **_COMMENT},
     # Session
     "session.startTransaction": {"readConcern": "read_concern",

@@ -26,7 +26,7 @@ from pymongo.read_concern import ReadConcern
 from pymongo.server_api import ServerApi
 from pymongo.write_concern import WriteConcern
 
-from tests.unified import arguments, gridfs_ops
+from tests.unified import arguments, gridfs_ops, tracing
 from tests.unified.deployment import Deployment
 from tests.unified.operations import call
 from tests.unified.results import as_document, error_result
@@ -104,6 +104,7 @@ class Runner:
             raise NotApplicable(f"the file says: {test['skipReason']}")
         self.client_heartbeat_ms = (self.fail_point_heartbeat_ms if sets_fail_point(test)
                                     else None)
+        tracing.reset()
         try:
             self.initial_data(spec.get("initialData") or [])
             self.create_entities(spec.get("createEntities") or [])
@@ -113,6 +114,8 @@ class Runner:
             self.disable_fail_points()
             for expected in test.get("expectEvents") or []:
                 check_events(self.recorders[expected["client"]], expected, self.entities)
+            for expected in test.get("expectTracingMessages") or []:
+                tracing.check_tracing(expected, self.entities)
             for expected in test.get("outcome") or []:
                 self.check_outcome(expected)
         finally:
@@ -185,7 +188,7 @@ class Runner:
     def _make_client(self, spec: Mapping[str, Any]) -> Any:
         unknown = set(spec) - {"id", "uriOptions", "useMultipleMongoses", "observeEvents",
                                "ignoreCommandMonitoringEvents", "observeSensitiveCommands",
-                               "awaitMinPoolSizeMS", "serverApi"}
+                               "awaitMinPoolSizeMS", "serverApi", "observeTracingMessages"}
         assert not unknown, f"client options {sorted(unknown)} are not supported by this runner"
         recorder = recorder_for(spec.get("observeEvents") or [],
                                 spec.get("ignoreCommandMonitoringEvents") or [],
@@ -196,7 +199,8 @@ class Runner:
         options = with_fail_point_heartbeat(spec.get("uriOptions") or {},
                                             self.client_heartbeat_ms)
         uri = client_uri(self.uri, options)
-        keywords: dict[str, Any] = {"event_listeners": [recorder]}
+        keywords: dict[str, Any] = {"event_listeners": [recorder],
+                                    **tracing.client_keywords(spec)}
         if "serverApi" in spec:
             api = spec["serverApi"]
             keywords["server_api"] = ServerApi(api["version"], strict=api.get("strict"),

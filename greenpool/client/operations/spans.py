@@ -14,8 +14,10 @@ from typing import Any, Final, Protocol
 
 from bson import json_util
 from bson.json_util import RELAXED_JSON_OPTIONS
+from pymongo.errors import PyMongoError
 
 from greenpool.address import Address
+from greenpool.wire.replies import error_code
 
 __all__ = ["command_attributes", "error_attributes", "operation_attributes",
            "operation_name", "query_text", "reply_attributes", "sent_attributes"]
@@ -135,5 +137,5 @@ def reply_attributes(reply: Mapping[str, Any]) -> dict[str, Any]:
 
 def error_attributes(error: BaseException) -> dict[str, Any]:
     """A failed command span's attributes: the server's error code, as a string."""
-    code = getattr(error, "code", None)
+    code = error_code(error) if isinstance(error, PyMongoError) else None
     return {} if code is None else {"db.response.status_code": str(code)}

@@ -22,17 +22,23 @@ The spans, all of kind CLIENT, through the global tracer provider's tracer
 * a **transaction span** per transaction of a session, from its first operation to
   its commit or abort, around their operation spans.
 
-Which span is current is kept in ``contextvars``, which gevent keeps per greenlet; a
-kill that lands mid-operation ends its spans with the error on them (``finally``).
+The operation a greenlet is in is kept in a ``contextvars`` variable, which gevent
+keeps per greenlet, and each span is given its parent explicitly (greenpool attaches
+nothing to OpenTelemetry's context: no span of the application opens inside one of
+greenpool's). A kill that lands mid-operation ends its spans with the error on them
+(``finally``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import time
 import weakref
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import gevent
 
 try:
     from opentelemetry import context as otel_context
@@ -42,6 +48,7 @@ except ImportError as error:  # pragma: no cover - depends on the installed extr
         "tracing (the tracing= option or OTEL_PYTHON_INSTRUMENTATION_MONGODB_ENABLED) "
         "needs the OpenTelemetry API: pip install 'greenpool[otel]'") from error
 
+from pymongo.errors import PyMongoError
 from pymongo.read_preferences import _ServerMode
 
 from greenpool._version import __version__
@@ -58,22 +65,35 @@ if TYPE_CHECKING:
 
 __all__ = ["TracedOperations"]
 
+R = TypeVar("R")
+
 _CLIENT = trace.SpanKind.CLIENT
 _FINISHING = frozenset({"commitTransaction", "abortTransaction"})
 
 
 class _Operation:
-    """The open operation span of a greenlet; ``named`` once its first command named it."""
+    """The operation a greenlet is in: its span, or, for one that leased before it
+    sent anything, where and when its span is to start once its first command names
+    it (a lease that sends nothing, as a bulk write's look at the server's limits,
+    makes no span). ``failed``: the error of a first attempt that a retry may adopt."""
 
-    __slots__ = ("named", "span")
+    __slots__ = ("failed", "failed_at", "parent", "settled", "span", "start")
 
-    def __init__(self, span: trace.Span, named: bool) -> None:
+    def __init__(self, span: trace.Span | None, parent: otel_context.Context | None,
+                 start: int | None = None) -> None:
         self.span = span
-        self.named = named
+        self.parent = parent
+        self.start = start
+        self.failed: BaseException | None = None
+        self.failed_at = 0
+        self.settled = False  # ended, or adopted by the retry that ends it
 
 
 #: The operation the current greenlet is in, if any.
 _CURRENT: ContextVar[_Operation | None] = ContextVar("greenpool_operation", default=None)
+#: The current greenlet's last leased operation that failed with a PyMongoError, which
+#: the retry that follows (a cursor's, after its lease) adopts.
+_FAILED: ContextVar[_Operation | None] = ContextVar("greenpool_failed", default=None)
 
 
 class TracedOperations(Operations):
@@ -117,10 +137,45 @@ class TracedOperations(Operations):
             with leased as conn:
                 yield conn
             return
-        # An operation that leases first (a cursor, a bulk write): its span opens
-        # now, before selection, and its first command names it.
-        with self._operation(None, None, session), leased as conn:
-            yield conn
+        # An operation that leases first (a cursor, a bulk write): it starts now,
+        # before selection; its span, from now, once a command names it.
+        operation = _Operation(None, self._parent(session, None), time.time_ns())
+        token = _CURRENT.set(operation)
+        try:
+            with leased as conn:
+                yield conn
+        except BaseException as error:
+            if operation.span is None:  # it failed before sending: name it as it can
+                operation.span = self._tracer.start_span(
+                    name or "operation", operation.parent, _CLIENT, dict(spans.SYSTEM),
+                    start_time=operation.start)
+            if not isinstance(error, PyMongoError):
+                _record(operation.span, error)  # a kill, a bug: no retry follows
+                operation.span.end()
+                raise
+            # A cursor retries after its lease, in retry_read or retry_overloaded:
+            # the retry adopts this span, so that its attempts are nested in it.
+            # Otherwise the span ends at the hub's next turn, as of now.
+            operation.failed, operation.failed_at = error, time.time_ns()
+            _FAILED.set(operation)
+            gevent.get_hub().loop.run_callback(_settle, operation)
+            raise
+        else:
+            if operation.span is not None:
+                operation.span.end()
+        finally:
+            _CURRENT.reset(token)
+
+    def retry_read(self, error: PyMongoError, again: Callable[[], R],
+                   command: dict[str, Any], session: SessionLike | None,
+                   deadline: Deadline | None, retry: bool | None) -> R:
+        with self._adopted(error):
+            return super().retry_read(error, again, command, session, deadline, retry)
+
+    def retry_overloaded(self, error: PyMongoError, again: Callable[[], R],
+                         command: dict[str, Any], deadline: Deadline | None) -> R:
+        with self._adopted(error):
+            return super().retry_overloaded(error, again, command, deadline)
 
     def send(self, conn: Connection[Link], dbname: str, command: dict[str, Any],
              session: SessionLike | None, deadline: Deadline | None = None,
@@ -139,26 +194,19 @@ class TracedOperations(Operations):
     # -- the spans ---------------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def _operation(self, dbname: str | None, command: dict[str, Any] | None,
+    def _operation(self, dbname: str, command: dict[str, Any],
                    session: SessionLike | None) -> Iterator[None]:
-        """An operation span, current in the block; ``command`` None: named later, by
-        the first command sent in it."""
-        if command is None:
-            name, attributes = "operation", dict(spans.SYSTEM)
-        else:
-            assert dbname is not None
-            name, attributes = spans.operation_attributes(dbname, command)
-        parent = self._parent(session, command)
-        span = self._tracer.start_span(name, parent, _CLIENT, attributes)
-        token = _CURRENT.set(_Operation(span, command is not None))
-        attached = otel_context.attach(trace.set_span_in_context(span))
+        """An operation span for the block, named after its first command."""
+        name, attributes = spans.operation_attributes(dbname, command)
+        span = self._tracer.start_span(name, self._parent(session, command), _CLIENT,
+                                       attributes)
+        token = _CURRENT.set(_Operation(span, None))
         try:
             yield
         except BaseException as error:
             _record(span, error)
             raise
         finally:
-            otel_context.detach(attached)
             _CURRENT.reset(token)
             span.end()
 
@@ -167,15 +215,15 @@ class TracedOperations(Operations):
                       max_time: bool) -> dict[str, Any]:
         operation = _CURRENT.get()
         assert operation is not None
-        if not operation.named:
+        if operation.span is None:
             name, attributes = spans.operation_attributes(dbname, command)
-            operation.span.update_name(name)
-            operation.span.set_attributes(attributes)
-            operation.named = True
+            operation.span = self._tracer.start_span(name, operation.parent, _CLIENT,
+                                                     attributes, start_time=operation.start)
         link = conn.transport
-        span = self._tracer.start_span(next(iter(command)), kind=_CLIENT, attributes=(
+        span = self._tracer.start_span(
+            next(iter(command)), trace.set_span_in_context(operation.span), _CLIENT,
             spans.command_attributes(dbname, command, conn,
-                                     None if link is None else link.server_connection_id)))
+                                     None if link is None else link.server_connection_id))
         try:
             reply = super().send(conn, dbname, command, session, deadline, max_time)
             span.set_attributes(spans.reply_attributes(reply))
@@ -187,6 +235,30 @@ class TracedOperations(Operations):
         finally:
             # After the send, which adds the session's fields to the command.
             span.set_attributes(spans.sent_attributes(command, self._query_text_max_length))
+            span.end()
+
+    @contextlib.contextmanager
+    def _adopted(self, error: PyMongoError) -> Iterator[None]:
+        """The block is the retry of the leased operation that failed with ``error``
+        (if that is the current greenlet's last failed one): its span stays open
+        around it, and ends with it."""
+        operation = _FAILED.get()
+        if (operation is None or operation.failed is not error or operation.settled
+                or _CURRENT.get() is not None):
+            yield
+            return
+        operation.settled = True
+        _FAILED.set(None)
+        span = operation.span
+        assert span is not None
+        token = _CURRENT.set(operation)
+        try:
+            yield
+        except BaseException as failed:
+            _record(span, failed)
+            raise
+        finally:
+            _CURRENT.reset(token)
             span.end()
 
     def _parent(self, session: SessionLike | None,
@@ -218,3 +290,13 @@ def _record(span: trace.Span, error: BaseException) -> None:
     """``error`` ended what ``span`` covers: its exception event and status."""
     span.record_exception(error)
     span.set_status(trace.Status(trace.StatusCode.ERROR, f"{type(error).__name__}: {error}"))
+
+
+def _settle(operation: _Operation) -> None:
+    """End a failed leased operation's span that no retry adopted."""
+    if operation.settled:
+        return
+    operation.settled = True
+    assert operation.span is not None and operation.failed is not None
+    _record(operation.span, operation.failed)
+    operation.span.end(operation.failed_at)
