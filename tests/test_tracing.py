@@ -291,3 +291,36 @@ def test_tracing_off_never_calls_tracing(finished: Any, mongodb_uri: str,
     finally:
         client.close()
     assert _names(finished) == []
+
+
+@pytest.mark.timeout(60)
+def test_retried_commit_is_one_operation_in_its_transaction(finished: Any,
+                                                            replset_uri: str) -> None:
+    client = greenpool.Client(replset_uri, tracing={"enabled": True})
+    admin = greenpool.Client(replset_uri)
+    # A retryable error on the first commit: the session sends it again.
+    admin.admin.command({"configureFailPoint": "failCommand", "mode": {"times": 1}, "data": {
+        "failCommands": ["commitTransaction"], "errorCode": 91,
+        "errorLabels": ["RetryableWriteError"]}})
+    try:
+        with client.start_session() as session:
+            session.start_transaction()
+            client["trace_db"]["coll"].insert_one({"t": 1}, session=session)
+            session.commit_transaction()
+    finally:
+        admin.admin.command({"configureFailPoint": "failCommand", "mode": "off"})
+        admin.close()
+        client.close()
+    ended = finished.get_finished_spans()
+
+    def children(parent: Any) -> list[Any]:
+        return [s for s in ended if s.parent and s.parent.span_id == parent.context.span_id]
+
+    (transaction,) = [s for s in ended if s.name == "transaction"]
+    assert transaction.parent is None
+    insert, commit = children(transaction)
+    assert (insert.name, commit.name) == ("insert trace_db.coll", "commitTransaction admin")
+    first, second = children(commit)
+    assert first.attributes["db.response.status_code"] == "91"
+    assert "db.response.status_code" not in second.attributes
+    assert commit.status.status_code is not trace.StatusCode.ERROR

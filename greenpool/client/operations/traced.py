@@ -27,6 +27,12 @@ keeps per greenlet, and each span is given its parent explicitly (greenpool atta
 nothing to OpenTelemetry's context: no span of the application opens inside one of
 greenpool's). A kill that lands mid-operation ends its spans with the error on them
 (``finally``).
+
+Retries that run after the attempt's own call has returned (a cursor's, after its
+lease; a session's second commit) adopt the failed attempt's operation span, so every
+attempt is a command span of one operation, as the spec says: a failed attempt's span
+stays open until the hub's next turn (the retry follows it without a yield), and ends
+then, as of the failure, if no retry came.
 """
 
 from __future__ import annotations
@@ -75,18 +81,41 @@ class _Operation:
     """The operation a greenlet is in: its span, or, for one that leased before it
     sent anything, where and when its span is to start once its first command names
     it (a lease that sends nothing, as a bulk write's look at the server's limits,
-    makes no span). ``failed``: the error of a first attempt that a retry may adopt."""
+    makes no span). ``failed``: the error of an attempt that a retry may adopt (the
+    retry of a commit or abort, ``retry_of``, or any retry for a leased one);
+    ``after``: what to do once the span ended (a commit's: end the transaction's)."""
 
-    __slots__ = ("failed", "failed_at", "parent", "settled", "span", "start")
+    __slots__ = ("after", "failed", "failed_at", "parent", "retry_of", "settled", "span",
+                 "start")
 
     def __init__(self, span: trace.Span | None, parent: otel_context.Context | None,
-                 start: int | None = None) -> None:
+                 start: int | None = None, retry_of: tuple[int, str] | None = None,
+                 after: Callable[[], None] | None = None) -> None:
         self.span = span
         self.parent = parent
         self.start = start
+        self.retry_of = retry_of
+        self.after = after
         self.failed: BaseException | None = None
         self.failed_at = 0
         self.settled = False  # ended, or adopted by the retry that ends it
+
+    def end(self, error: BaseException | None = None, end_time: int | None = None) -> None:
+        """End the span, recording ``error`` if it ended the operation."""
+        self.settled = True
+        assert self.span is not None
+        if error is not None:
+            _record(self.span, error)
+        self.span.end(end_time)
+        if self.after is not None:
+            self.after()
+
+    def defer(self, error: PyMongoError) -> None:
+        """``error`` ended this attempt: a retry may follow (and adopt the span) before
+        the hub's next turn, else the span ends then, as of now, with ``error``."""
+        self.failed, self.failed_at = error, time.time_ns()
+        _FAILED.set(self)
+        gevent.get_hub().loop.run_callback(_settle, self)
 
 
 #: The operation the current greenlet is in, if any.
@@ -120,12 +149,18 @@ class TracedOperations(Operations):
 
     def run_in_session(self, session: SessionLike, dbname: str, command: dict[str, Any],
                        deadline: Deadline | None = None) -> None:
-        try:
-            with self._operation(dbname, command, session):
+        # A commit or abort the session retries after an error (in a second call)
+        # is one operation: the retry adopts the first attempt's span.
+        name = next(iter(command))
+        retry_of = (id(session), name)
+        failed = _FAILED.get()
+        if failed is not None and failed.retry_of == retry_of and _adoptable(failed):
+            with self._adopted(failed):
                 super().run_in_session(session, dbname, command, deadline)
-        finally:
-            if next(iter(command)) in _FINISHING:
-                self._end_transaction(session)
+            return
+        after = (lambda: self._end_transaction(session)) if name in _FINISHING else None
+        with self._operation(dbname, command, session, retry_of=retry_of, after=after):
+            super().run_in_session(session, dbname, command, deadline)
 
     @contextlib.contextmanager
     def lease(self, session: SessionLike | None, purpose: Purpose,
@@ -149,32 +184,34 @@ class TracedOperations(Operations):
                 operation.span = self._tracer.start_span(
                     name or "operation", operation.parent, _CLIENT, dict(spans.SYSTEM),
                     start_time=operation.start)
-            if not isinstance(error, PyMongoError):
-                _record(operation.span, error)  # a kill, a bug: no retry follows
-                operation.span.end()
-                raise
-            # A cursor retries after its lease, in retry_read or retry_overloaded:
-            # the retry adopts this span, so that its attempts are nested in it.
-            # Otherwise the span ends at the hub's next turn, as of now.
-            operation.failed, operation.failed_at = error, time.time_ns()
-            _FAILED.set(operation)
-            gevent.get_hub().loop.run_callback(_settle, operation)
+            if isinstance(error, PyMongoError):
+                # A cursor retries after its lease, in retry_read or
+                # retry_overloaded: the retry adopts this span.
+                operation.defer(error)
+            else:
+                operation.end(error)  # a kill, a bug: no retry follows
             raise
         else:
             if operation.span is not None:
-                operation.span.end()
+                operation.end()
         finally:
             _CURRENT.reset(token)
 
     def retry_read(self, error: PyMongoError, again: Callable[[], R],
                    command: dict[str, Any], session: SessionLike | None,
                    deadline: Deadline | None, retry: bool | None) -> R:
-        with self._adopted(error):
+        failed = _FAILED.get()
+        if failed is None or failed.failed is not error or not _adoptable(failed):
+            return super().retry_read(error, again, command, session, deadline, retry)
+        with self._adopted(failed):
             return super().retry_read(error, again, command, session, deadline, retry)
 
     def retry_overloaded(self, error: PyMongoError, again: Callable[[], R],
                          command: dict[str, Any], deadline: Deadline | None) -> R:
-        with self._adopted(error):
+        failed = _FAILED.get()
+        if failed is None or failed.failed is not error or not _adoptable(failed):
+            return super().retry_overloaded(error, again, command, deadline)
+        with self._adopted(failed):
             return super().retry_overloaded(error, again, command, deadline)
 
     def send(self, conn: Connection[Link], dbname: str, command: dict[str, Any],
@@ -189,26 +226,36 @@ class TracedOperations(Operations):
 
     def session_ended(self, session: SessionLike) -> None:
         super().session_ended(session)
-        self._end_transaction(session)
+        self._end_transaction(session, forget=True)
 
     # -- the spans ---------------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def _operation(self, dbname: str, command: dict[str, Any],
-                   session: SessionLike | None) -> Iterator[None]:
-        """An operation span for the block, named after its first command."""
+    def _operation(self, dbname: str, command: dict[str, Any], session: SessionLike | None,
+                   retry_of: tuple[int, str] | None = None,
+                   after: Callable[[], None] | None = None) -> Iterator[None]:
+        """An operation span for the block, named after its first command; with
+        ``retry_of``, a PyMongoError leaves it for a retry to adopt."""
         name, attributes = spans.operation_attributes(dbname, command)
-        span = self._tracer.start_span(name, self._parent(session, command), _CLIENT,
-                                       attributes)
-        token = _CURRENT.set(_Operation(span, None))
+        operation = _Operation(
+            self._tracer.start_span(name, self._parent(session, command), _CLIENT,
+                                    attributes), None, retry_of=retry_of, after=after)
+        token = _CURRENT.set(operation)
         try:
             yield
-        except BaseException as error:
-            _record(span, error)
+        except PyMongoError as error:
+            if retry_of is not None:
+                operation.defer(error)
+            else:
+                operation.end(error)
             raise
+        except BaseException as error:
+            operation.end(error)
+            raise
+        else:
+            operation.end()
         finally:
             _CURRENT.reset(token)
-            span.end()
 
     def _send_in_span(self, conn: Connection[Link], dbname: str, command: dict[str, Any],
                       session: SessionLike | None, deadline: Deadline | None,
@@ -238,28 +285,21 @@ class TracedOperations(Operations):
             span.end()
 
     @contextlib.contextmanager
-    def _adopted(self, error: PyMongoError) -> Iterator[None]:
-        """The block is the retry of the leased operation that failed with ``error``
-        (if that is the current greenlet's last failed one): its span stays open
+    def _adopted(self, operation: _Operation) -> Iterator[None]:
+        """The block retries ``operation``, whose attempt failed: its span stays open
         around it, and ends with it."""
-        operation = _FAILED.get()
-        if (operation is None or operation.failed is not error or operation.settled
-                or _CURRENT.get() is not None):
-            yield
-            return
         operation.settled = True
         _FAILED.set(None)
-        span = operation.span
-        assert span is not None
         token = _CURRENT.set(operation)
         try:
             yield
-        except BaseException as failed:
-            _record(span, failed)
+        except BaseException as error:
+            operation.end(error)
             raise
+        else:
+            operation.end()
         finally:
             _CURRENT.reset(token)
-            span.end()
 
     def _parent(self, session: SessionLike | None,
                 command: dict[str, Any] | None) -> otel_context.Context | None:
@@ -274,15 +314,18 @@ class TracedOperations(Operations):
             return trace.set_span_in_context(entry[1])
         if not session.in_transaction or finishing or not isinstance(number, int):
             return None
-        self._end_transaction(session)  # one left open by a transaction never finished
+        self._end_transaction(session, forget=True)  # one a transaction left open
         span = self._tracer.start_span("transaction", kind=_CLIENT,
                                        attributes=dict(spans.SYSTEM))
         self._transactions[session] = (number, span)
         return trace.set_span_in_context(span)
 
-    def _end_transaction(self, session: SessionLike) -> None:
-        entry = self._transactions.pop(session, None)
-        if entry is not None:
+    def _end_transaction(self, session: SessionLike, forget: bool = False) -> None:
+        """End ``session``'s transaction span (a commit or abort ran); unless
+        ``forget``, a retried commit of the same transaction still nests in it."""
+        entry = self._transactions.pop(session, None) if forget else (
+            self._transactions.get(session))
+        if entry is not None and entry[1].is_recording():
             entry[1].end()
 
 
@@ -292,11 +335,12 @@ def _record(span: trace.Span, error: BaseException) -> None:
     span.set_status(trace.Status(trace.StatusCode.ERROR, f"{type(error).__name__}: {error}"))
 
 
+def _adoptable(operation: _Operation) -> bool:
+    """Whether a retry starting now may adopt ``operation``'s failed attempt."""
+    return not operation.settled and _CURRENT.get() is None
+
+
 def _settle(operation: _Operation) -> None:
-    """End a failed leased operation's span that no retry adopted."""
-    if operation.settled:
-        return
-    operation.settled = True
-    assert operation.span is not None and operation.failed is not None
-    _record(operation.span, operation.failed)
-    operation.span.end(operation.failed_at)
+    """End a failed attempt's span that no retry adopted."""
+    if not operation.settled:
+        operation.end(operation.failed, operation.failed_at)
