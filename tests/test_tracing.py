@@ -147,6 +147,29 @@ def test_query_text_cut_to_length() -> None:
     assert spans.query_text({"ping": 1, "$clusterTime": {}}, 100) == '{"ping": 1}'
 
 
+class _Conn:
+    id = 7
+
+    def __init__(self, address: Any) -> None:
+        self.address = address
+
+
+def test_command_attributes() -> None:
+    getmore = {"getMore": 42, "collection": "coll", "batchSize": 2}
+    attributes = spans.command_attributes("db", getmore, _Conn(("/tmp/m.sock", None)), 3)
+    assert attributes["network.transport"] == "unix" and "server.port" not in attributes
+    assert attributes["server.address"] == "/tmp/m.sock"
+    assert (attributes["db.collection.name"], attributes["db.mongodb.cursor_id"]) == ("coll", 42)
+    assert (attributes["db.mongodb.driver_connection_id"],
+            attributes["db.mongodb.server_connection_id"]) == (7, 3)
+    assert attributes["db.query.summary"] == "getMore db.coll"
+    ping = spans.command_attributes("admin", {"ping": 1}, _Conn(("h", 27017)), None)
+    assert (ping["network.transport"], ping["server.port"]) == ("tcp", 27017)
+    assert "db.collection.name" not in ping and "db.mongodb.server_connection_id" not in ping
+    assert spans.operation_attributes("db", {"drop": "old"})[0] == "dropCollection db.old"
+    assert spans.operation_attributes("db", {"aggregate": 1})[0] == "aggregate db"
+
+
 _URI = "mongodb://127.0.0.1:1/?serverSelectionTimeoutMS=100"
 
 
