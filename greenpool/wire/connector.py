@@ -117,6 +117,7 @@ def connect(
     *,
     connection: Connection[Any] | None = None,
     deadline: float | None = None,
+    round_trip: float | None = None,
 ) -> Link:
     """Open a link, run the handshake and authenticate: an established link.
 
@@ -124,7 +125,9 @@ def connect(
     (connectTimeoutMS, or ``deadline``, a :func:`time.monotonic` time, when
     given); past it, :class:`pymongo.errors.NetworkTimeout` naming the
     address. Each step keeps its own limit too (connectTimeoutMS for
-    connecting and TLS, socketTimeoutMS for each round trip).
+    connecting and TLS, socketTimeoutMS for each round trip, or
+    ``round_trip`` seconds when given: an operation's timeoutMS replaces
+    socketTimeoutMS, as the CSOT spec says).
 
     With ``connection`` (a pending pool connection) in load-balanced mode,
     the connection takes its serviceId and that service's generation from the
@@ -153,11 +156,11 @@ def connect(
         with gevent.Timeout(limit, timed_out):
             link = Link.open(address, options, connection=connection)
             in_hello = True
-            link.handshake()
+            link.handshake(timeout=round_trip)
             completed, in_hello = True, False
             if connection is not None and options.load_balanced:
                 connection.handshake_done(link.service_id)
-            link.authenticate()
+            link.authenticate(timeout=round_trip)
     except Exception as error:
         if link is not None:
             link.close()

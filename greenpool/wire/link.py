@@ -239,8 +239,9 @@ class Link:
 
     # -- handshake and authentication ----------------------------------------------------
 
-    def handshake(self) -> dict[str, Any]:
-        """Send the initial hello, check its reply, and return it.
+    def handshake(self, *, timeout: float | None = None) -> dict[str, Any]:
+        """Send the initial hello, check its reply, and return it; ``timeout``
+        bounds the round trip as for :meth:`command`.
 
         A legacy ``isMaster`` over OP_QUERY, or ``hello`` over OP_MSG in
         load-balanced mode. The reply sets :attr:`hello`,
@@ -265,9 +266,9 @@ class Link:
         )
         try:
             if options.load_balanced or options.server_api:
-                reply = self.command("admin", command)
+                reply = self.command("admin", command, timeout=timeout)
             else:
-                reply = check_reply(self._legacy_command("admin", command))
+                reply = check_reply(self._legacy_command("admin", command, timeout))
             check_hello_reply(reply, self.address, load_balanced=options.load_balanced)
         except ProtocolError as exc:
             # A hello with fields of the wrong type: the server is not
@@ -298,8 +299,9 @@ class Link:
         )
         return reply
 
-    def authenticate(self) -> None:
-        """Authenticate with ``options.credentials`` (nothing to do without them).
+    def authenticate(self, *, timeout: float | None = None) -> None:
+        """Authenticate with ``options.credentials`` (nothing to do without them);
+        ``timeout`` bounds each round trip as for :meth:`command`.
 
         Continues the speculative conversation the handshake started when the
         hello reply answered it, as :func:`greenpool.wire.auth.authenticate` does.
@@ -315,7 +317,7 @@ class Link:
         try:
             authenticate(
                 credentials,
-                lambda command: self.command(source, command),
+                lambda command: self.command(source, command, timeout=timeout),
                 hello_reply=self._hello,
                 speculative=self._speculative,
             )
@@ -488,10 +490,11 @@ class Link:
         if self._waiting is wait:
             wait.greenlet.switch((wait, outcome))
 
-    def _legacy_command(self, db: str, command: Mapping[str, Any]) -> dict[str, Any]:
+    def _legacy_command(self, db: str, command: Mapping[str, Any],
+                        timeout: float | None) -> dict[str, Any]:
         self._check_usable()
         request_id, data = encode_query(command, db, max_message_size=self._max_message_size)
-        return self._round_trip(request_id, data, None, self._read_legacy_reply)
+        return self._round_trip(request_id, data, timeout, self._read_legacy_reply)
 
     def _round_trip(
         self,

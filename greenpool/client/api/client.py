@@ -115,6 +115,7 @@ from greenpool.client.operations.concern import (
     check_read_concern,
     check_session,
     check_write_concern,
+    timed,
     write_concern_field,
 )
 from greenpool.client.operations.operations import Operations
@@ -137,6 +138,10 @@ from greenpool.wire.link import Link, LinkOptions
 from greenpool.wire.messages import check_database_name
 
 __all__ = ["Client", "ReadPreferenceLike", "link_options"]
+
+#: A round trip's limit that stands for none (about 30 years): under
+#: timeoutMS=0 socketTimeoutMS no longer applies.
+_NO_ROUND_TRIP_LIMIT = 1e9
 
 #: What a ``read_preference=`` argument takes: a PyMongo read preference
 #: (``pymongo.ReadPreference.SECONDARY``), a mode name, or a document.
@@ -241,7 +246,8 @@ class Client:
         current = _CurrentOptions(self._link_options)
         self._current_options = current
         connector = _bounded_connector(
-            lambda conn: connect_link(conn.address, current.options, connection=conn))
+            lambda conn, round_trip: connect_link(conn.address, current.options,
+                                                  connection=conn, round_trip=round_trip))
 
         def make_pool(address: Address) -> Pool[Link]:
             return Pool(address, settings.pool, connector=connector, listeners=pool_listeners,
@@ -508,7 +514,7 @@ class Client:
                session: Session | None = None, timeout: float | None = None,
                timeout_mode: str | None = None,
                read_preference: ReadPreferenceLike | None = None,
-               retry: bool | None = None) -> Cursor:
+               retry: bool | None = None, max_await_time_ms: int | None = None) -> Cursor:
         """Run a cursor-opening command (``find``, ``aggregate``,
         ``listCollections``...) and return a :class:`~greenpool.client.api.cursor.Cursor`
         over its documents, fetching further batches with ``getMore``.
@@ -531,6 +537,11 @@ class Client:
 
         ``retry`` is as for :meth:`command`, for the opening command only:
         a ``getMore`` is never retried (the cursor may have moved on).
+
+        ``max_await_time_ms``, for a tailable awaitData cursor (``tailable``
+        and ``awaitData`` in the command): how long each getMore waits for new
+        data (its maxTimeMS, within the time left under a limit); it must be
+        less than the limit (the CSOT spec).
         """
         _check_batch_size(batch_size)
         if retry is not None:
@@ -542,7 +553,8 @@ class Client:
         preference = self._read_preference(read_preference, default, session)
         return Cursor(self._operations, dbname, document, batch_size=batch_size,
                       session=session, timeout=timeout, timeout_mode=timeout_mode,
-                      read_preference=preference, retry=retry)
+                      read_preference=preference, retry=retry,
+                      max_await_time_ms=max_await_time_ms)
 
     def find(self, dbname: str, collection: str, filter: Mapping[str, Any] | None = None,
              *, batch_size: int | None = None, session: Session | None = None,
@@ -777,8 +789,10 @@ class Client:
         if not isinstance(name, str):
             raise TypeError(f"name_or_database must be a database name or a Database, "
                             f"not {name_or_database!r}")
+        under_timeout = self._operations.deadline(None, session) is not None
         self.get_database(name).command(
-            _with_write_concern({"dropDatabase": 1}, self._defaults.write_concern, session),
+            _with_write_concern({"dropDatabase": 1}, self._defaults.write_concern, session,
+                                under_timeout),
             session=session, comment=comment, read_preference=readpref.WRITE)
 
     # -- closing --------------------------------------------------------------------------
@@ -929,10 +943,13 @@ def link_options(settings: ClientSettings, *, driver: DriverInfo | None = None,
     )
 
 
-def _bounded_connector(
-        connector: Callable[[Connection[Link]], Link]) -> Callable[[Connection[Link]], Link]:
+def _bounded_connector(connector: Callable[[Connection[Link], float | None], Link],
+                       ) -> Callable[[Connection[Link]], Link]:
     """``connector`` bounded by the deadline of the operation that waits
-    for the connection (timeoutMS), if any, on top of connectTimeoutMS.
+    for the connection (timeoutMS), if any, on top of connectTimeoutMS; its
+    hello and authentication round trips get the time left instead of
+    socketTimeoutMS (``connector``'s second argument; None: socketTimeoutMS),
+    as the CSOT spec says, and no limit of their own under timeoutMS=0.
 
     Running out of time raises a TimeoutError inside the establishment, at
     whatever socket wait it is in, so the link treats it as the socket
@@ -942,8 +959,10 @@ def _bounded_connector(
 
     def bounded(conn: Connection[Link]) -> Link:
         deadline = current()
-        if deadline is None or not deadline.bounded:
-            return connector(conn)
+        if deadline is None:
+            return connector(conn, None)
+        if not deadline.bounded:
+            return connector(conn, _NO_ROUND_TRIP_LIMIT)
         left = deadline.remaining()
         expired = TimeoutError(
             f"establishing a connection exceeded the operation's time limit of "
@@ -951,7 +970,7 @@ def _bounded_connector(
         if left <= 0:
             raise NetworkTimeout(f"{format_address(conn.address)}: {expired}")
         with gevent.Timeout(left, expired):
-            return connector(conn)
+            return connector(conn, left)
 
     return bounded
 
@@ -979,8 +998,12 @@ def _may_use_secondary(command: Mapping[str, Any]) -> bool:
 
 
 def _with_write_concern(command: dict[str, Any], write_concern: WriteConcern,
-                        session: Session | None) -> dict[str, Any]:
+                        session: Session | None, under_timeout: bool) -> dict[str, Any]:
+    """``command`` with ``write_concern`` (none inside a transaction; no
+    wtimeout ``under_timeout``, timeoutMS's)."""
     field = write_concern_field(write_concern)
+    if under_timeout:
+        field = timed(field)
     if field is not None and not (session is not None and session.in_transaction):
         command["writeConcern"] = field
     return command

@@ -789,8 +789,11 @@ class Collection:
         if comment is not None:
             command["comment"] = comment
         in_transaction = session is not None and session.in_transaction
-        if writes and self._write_concern_field is not None and not in_transaction:
-            command["writeConcern"] = self._write_concern_field
+        field = self._write_concern_field
+        if writes and field is not None and self._ops.deadline(None, session) is not None:
+            field = concern.timed(field)
+        if writes and field is not None and not in_transaction:
+            command["writeConcern"] = field
         return self._open_cursor(command, session, batch_size or None,
                                  max_await_time_ms=max_await, timeout_mode=timeout_mode,
                                  raw_batches=raw_batches)
@@ -932,6 +935,8 @@ class Collection:
                 ops.send(conn, self._db, command, None, deadline)
             return None
         deadline = ops.deadline(None, session)
+        if deadline is not None:
+            field = concern.timed(field)
         if session is not None:
             self._check_session(session)
             if field is not None and not session.in_transaction:
@@ -951,7 +956,8 @@ class Collection:
             return {"ok": 1}
         ops = self._ops
         deadline = ops.deadline(None, session)
-        field = self._write_concern_field
+        field = self._write_concern_field if deadline is None else concern.timed(
+            self._write_concern_field)
         if session is not None:
             self._check_session(session)
             if field is not None and not session.in_transaction:

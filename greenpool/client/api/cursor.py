@@ -255,8 +255,9 @@ class Cursor:
                 self._release()
                 return False
             if fresh and deadline is not None:
-                # Iteration mode: each call gets the original limit anew.
-                deadline = Deadline.after(deadline.limit)
+                # Iteration mode: each call gets the original limit anew, within
+                # an enclosing block's (as poll()'s getMore).
+                deadline = resolve(deadline.limit, None)
                 fresh = False
             self._get_more(deadline)
             if self._tailable:

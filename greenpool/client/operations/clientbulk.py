@@ -73,7 +73,7 @@ from pymongo.results import ClientBulkWriteResult, DeleteResult, InsertOneResult
 
 from greenpool.client.config import readpref
 from greenpool.client.config.codecs import write_reply_options
-from greenpool.client.operations import bulk
+from greenpool.client.operations import bulk, concern
 from greenpool.client.operations.operations import Operations, ServerSession
 from greenpool.client.operations.timeouts import Deadline
 from greenpool.pool.connection import Connection, Purpose
@@ -407,6 +407,8 @@ class _Run:
         # After this first selection the topology knows whether sessions are supported.
         max_bson, max_message, max_count = self._limits(session)
         room = self._encode(max_bson, max_message, acknowledged=True)
+        if self.deadline is not None:
+            write_concern = concern.timed(write_concern)
         if write_concern is not None and not (session is not None and session.in_transaction):
             self.template["writeConcern"] = write_concern
         implicit = None

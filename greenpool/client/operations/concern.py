@@ -108,6 +108,15 @@ def write_concern_field(write_concern: WriteConcern) -> dict[str, Any] | None:
     return None if write_concern.is_server_default else write_concern.document
 
 
+def timed(field: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The ``writeConcern`` document of an operation under timeoutMS: without
+    ``wtimeout``, which timeoutMS replaces (the CSOT spec ignores deprecated
+    timeout options then), and None if nothing else is left, as PyMongo sends it."""
+    if field is None or "wtimeout" not in field:
+        return field
+    return {key: value for key, value in field.items() if key != "wtimeout"} or None
+
+
 def read_concern_field(read_concern: ReadConcern) -> dict[str, Any] | None:
     """The ``readConcern`` document to send, or None for the server's default."""
     return read_concern.document or None

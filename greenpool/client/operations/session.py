@@ -60,6 +60,7 @@ from pymongo.read_preferences import _ServerMode
 from pymongo.write_concern import WriteConcern
 
 from greenpool.client.config import readpref
+from greenpool.client.operations import concern
 from greenpool.client.operations.sessionopts import (
     ClientDefaults,
     TransactionSettings,
@@ -339,15 +340,16 @@ class Session:
             self.state = TransactionState.COMMITTED_EMPTY
             return
         # Committing again (COMMITTED) is allowed: it retries the commit.
+        deadline = self._finishing_deadline(timeout)
         command: dict[str, Any] = {"commitTransaction": 1}
         if self._commit_attempts:
             command["writeConcern"] = self._retry_write_concern()
         elif self.write_concern is not None:
             command["writeConcern"] = dict(self.write_concern)
-        if self._max_commit_time_ms is not None:
+        if self._max_commit_time_ms is not None and deadline is None:
+            # Under timeoutMS, maxTimeMS is what is left of it (the CSOT spec).
             command["maxTimeMS"] = self._max_commit_time_ms
         self._commit_attempts += 1
-        deadline = self._finishing_deadline(timeout)
         try:
             self._run_finishing(command, deadline)
         except PyMongoError as error:
@@ -513,6 +515,7 @@ class Session:
         command["lsid"] = self.lsid
         command["txnNumber"] = self.txn_number
         command["autocommit"] = False
+        _drop_wtimeout(command, deadline)
         try:
             self._operations.run_in_session(self, "admin", command, deadline)
         except PyMongoError as error:
@@ -524,8 +527,9 @@ class Session:
             command.pop("maxTimeMS", None)  # the retry computes its own
             if "commitTransaction" in command:
                 command["writeConcern"] = self._retry_write_concern()
-                if self._max_commit_time_ms is not None:
+                if self._max_commit_time_ms is not None and deadline is None:
                     command["maxTimeMS"] = self._max_commit_time_ms
+                _drop_wtimeout(command, deadline)
             self._operations.run_in_session(self, "admin", command, deadline)
 
     def _retry_write_concern(self) -> dict[str, Any]:
@@ -575,6 +579,15 @@ class _TransactionContext:
             self._session.commit_transaction()
         else:
             self._session.abort_transaction()
+
+
+def _drop_wtimeout(command: dict[str, Any], deadline: Deadline | None) -> None:
+    """Under timeoutMS a commit or abort carries no wtimeout: timeoutMS
+    replaces it (the CSOT spec), as PyMongo drops it."""
+    if deadline is not None and "writeConcern" in command:
+        field = concern.timed(command.pop("writeConcern"))
+        if field is not None:
+            command["writeConcern"] = field
 
 
 def _raise_timed_out(deadline: Deadline | None, error: PyMongoError) -> None:
