@@ -10,7 +10,10 @@ the resume token of the last change it returned (or the batch's
 error, that starts where the old one stopped: ``resumeAfter`` the token (or
 ``startAfter`` it, while the stream was started after one and has returned nothing
 yet), else ``startAtOperationTime`` of the opening reply. Any other error closes the
-stream, but a timeout, which leaves it open for another try.
+stream, but a timeout, which leaves it open: the call that timed out raises it, and
+the next call resumes first, with its own time (the CSOT spec). After a timeout
+before any change came, close the stream and watch again with a longer time limit:
+the server could not get through the oplog in time.
 
 Rules. The stream opens its cursors with the callable its target gives it (the
 target's read preference, read concern, session and collation come with that); it
@@ -109,6 +112,8 @@ class ChangeStream:
         self._start_at_operation_time = start_at_operation_time
         self._batch: deque[Any] = deque()
         self._closed = False
+        #: Whether the next call resumes first: the last one timed out.
+        self._resume_due = False
         self._cursor = self._open()
 
     @property
@@ -145,12 +150,17 @@ class ChangeStream:
     def _try_next(self) -> Any:
         if self._closed:
             return None
-        if not self._batch and not self._cursor.alive:
-            self._resume()  # the last resume's opening failed: try again
+        if self._resume_due or (not self._batch and not self._cursor.alive):
+            self._resume()  # after a timeout, or the last resume's opening failed
         try:
             try:
                 change = self._next_change()
             except PyMongoError as error:
+                if error.timeout and self._limit is not None:
+                    # timeoutMS is spent: this call fails and the next resumes, with
+                    # its own time (the CSOT spec's change streams).
+                    self._resume_due = True
+                    raise
                 if not resumable(error):
                     raise
                 self._resume()
@@ -232,3 +242,4 @@ class ChangeStream:
             self._cursor.close()
         self._batch.clear()
         self._cursor = self._open()
+        self._resume_due = False
