@@ -105,6 +105,10 @@ class Runner:
     threads: dict[str, list[gevent.Greenlet]] = field(default_factory=dict)
     failpoints: list[str] = field(default_factory=list)
     block_times: list[int] = field(default_factory=list)
+    #: Each cursor's (``id()``) timeout= (None: the client's timeoutMS).
+    cursor_limits: dict[int, float | None] = field(default_factory=dict)
+    #: The clients (``id()``) whose URI sets wTimeoutMS.
+    uri_write_concern: set[int] = field(default_factory=set)
 
     def run(self, spec: Mapping[str, Any], test: Mapping[str, Any]) -> None:
         gevent.sleep(max(0.0, server_busy_until() - time.monotonic()))
@@ -129,9 +133,6 @@ class Runner:
 
     def client_uri(self, spec: Mapping[str, Any]) -> str:
         options = dict(spec.get("uriOptions") or {})
-        if "wTimeoutMS" in options:
-            raise NotApplicable("a write concern from the URI (greenpool.Client sends "
-                                "commands as given)")
         options["directConnection"] = True
         query = urlencode({k: str(v).lower() if isinstance(v, bool) else v
                            for k, v in options.items()})
@@ -143,6 +144,8 @@ class Runner:
             recorder = recorder_for(spec.get("observeEvents") or [],
                                     spec.get("ignoreCommandMonitoringEvents") or [])
             client = greenpool.Client(self.client_uri(spec), event_listeners=[recorder])
+            if "wTimeoutMS" in (spec.get("uriOptions") or {}):
+                self.uri_write_concern.add(id(client))
             self.clients.append(client)
             self.recorders[spec["id"]] = recorder
             self.entities[spec["id"]] = client
@@ -168,8 +171,7 @@ class Runner:
         elif kind == "thread":
             self.threads[spec["id"]] = []
         elif kind == "bucket":
-            raise NotApplicable("GridFS as commands (the GridFS files run on greenpool.gridfs, "
-                                "through tests/unified/)")
+            self.entities[spec["id"]] = _BUCKET  # refused when an operation uses it
         else:
             raise AssertionError(f"entity type {kind!r} is not supported by this runner")
 
@@ -199,6 +201,9 @@ class Runner:
         handler: Callable[..., Any] | None = getattr(self, f"op_{name}", None)
         if handler is None:
             raise NotApplicable(f"the {name} operation")
+        if self.entities.get(target) is _BUCKET:
+            raise NotApplicable("GridFS as commands (the GridFS files run on greenpool.gridfs, "
+                                "through tests/unified/)")
         error: BaseException | None = None
         result: Any = None
         began = time.monotonic()
@@ -273,10 +278,14 @@ class Runner:
              arguments: dict[str, Any]) -> Any:
         session = self._session(arguments)
         timeout = self._timeout(entity, arguments)
+        _max_time(command, arguments)
         unknown = set(arguments) - {"timeoutMode"}
         if unknown:
             raise NotApplicable(f"operation options {sorted(unknown)}")
         client = entity if isinstance(entity, greenpool.Client) else entity.client
+        if id(client) in self.uri_write_concern and next(iter(command)) in _WRITES:
+            raise NotApplicable("a write concern from the URI (greenpool.Client's command "
+                                "API sends commands as given)")
         return client.command(db, command, session=session, timeout=timeout)
 
     def _cursor(self, entity: Any, db: str, command: dict[str, Any],
@@ -285,11 +294,13 @@ class Runner:
         timeout = self._timeout(entity, arguments)
         mode = arguments.pop("timeoutMode", None)
         batch_size = arguments.pop("batchSize", None)
+        _max_time(command, arguments)
         cursor_type = arguments.pop("cursorType", None)
-        if cursor_type == "tailableAwait":
-            raise NotApplicable("tailable awaitData cursors (maxAwaitTimeMS)")
-        if cursor_type == "tailable":
+        max_await_ms = arguments.pop("maxAwaitTimeMS", None)
+        if cursor_type in ("tailable", "tailableAwait"):
             command["tailable"] = True
+        if cursor_type == "tailableAwait":
+            command["awaitData"] = True
         if batch_size is not None:
             if "find" in command:
                 command["batchSize"] = batch_size
@@ -298,8 +309,11 @@ class Runner:
         if arguments:
             raise NotApplicable(f"cursor options {sorted(arguments)}")
         client = entity if isinstance(entity, greenpool.Client) else entity.client
-        return client.cursor(db, command, batch_size=batch_size, session=session,
-                             timeout=timeout, timeout_mode=_mode(mode))
+        cursor = client.cursor(db, command, batch_size=batch_size, session=session,
+                               timeout=timeout, timeout_mode=_mode(mode),
+                               max_await_time_ms=max_await_ms)
+        self.cursor_limits[id(cursor)] = timeout
+        return cursor
 
     def _drain(self, entity: Any, db: str, command: dict[str, Any],
                arguments: dict[str, Any]) -> list[Any]:
@@ -380,8 +394,6 @@ class Runner:
         return self._run(coll, coll.db, {"count": coll.name, "query": filter}, arguments)
 
     def op_estimatedDocumentCount(self, coll: Collection, **arguments: Any) -> Any:
-        if "maxTimeMS" in arguments:
-            raise NotApplicable("the deprecated maxTimeMS operation option")
         return self._run(coll, coll.db, {"count": coll.name}, arguments)
 
     def op_countDocuments(self, coll: Collection, *, filter: Any, **arguments: Any) -> Any:
@@ -467,7 +479,24 @@ class Runner:
     # cursors
 
     def op_iterateUntilDocumentOrError(self, cursor: Cursor) -> Any:
-        return next(cursor)
+        if not cursor._tailable:
+            return next(cursor)
+        # The format's iteration is one next() of a driver whose tailable next()
+        # waits for a document: here next() until one comes (each stops at an
+        # empty batch), all within one iteration's limit.
+        with greenpool.timeout(self.cursor_limits.get(id(cursor))):
+            while True:
+                try:
+                    return next(cursor)
+                except StopIteration:
+                    if not cursor.alive:
+                        raise
+
+    def op_iterateOnce(self, cursor: Cursor) -> Any:
+        # A tailable cursor's next() sends one getMore when nothing is buffered,
+        # and stops if it brings nothing: the format's iterateOnce.
+        assert cursor._tailable, "iterateOnce on a cursor that is not tailable"
+        return next(cursor, None)
 
     def op_close(self, cursor: Cursor, **arguments: Any) -> None:
         cursor.close(timeout=_seconds(arguments.pop("timeoutMS", None)))
@@ -500,6 +529,20 @@ class Runner:
     def check_events(self, expected: Mapping[str, Any]) -> None:
         gevent.sleep(0)
         check_events(self.recorders[expected["client"]], expected)
+
+
+#: A bucket entity: GridFS runs on greenpool.gridfs, through tests/unified/.
+_BUCKET = object()
+#: The commands that take a write concern, which this runner does not send.
+_WRITES = frozenset({"insert", "update", "delete", "findAndModify", "createIndexes",
+                     "dropIndexes", "drop", "create"})
+
+
+def _max_time(command: dict[str, Any], arguments: dict[str, Any]) -> None:
+    """The deprecated maxTimeMS option goes on the command, as a driver sends it;
+    under a time limit the Client's own maxTimeMS replaces it (the CSOT spec)."""
+    if "maxTimeMS" in arguments:
+        command["maxTimeMS"] = arguments.pop("maxTimeMS")
 
 
 def _mode(mode: str | None) -> str | None:

@@ -12,7 +12,8 @@ level that sets one: :func:`command_runner_reason` says which tests, and why.
 The files that do not apply to a command-level Client are listed in
 NOT_APPLICABLE with the reason (docs/conformance.rst shows the same list);
 a test in a running file that needs something greenpool does not offer is
-skipped, naming it.
+skipped, naming it. The cases of PYMONGO_FILES that run on the collection API run on
+stock PyMongo too, through the same runner, as the reference (the GridFS files' as well).
 """
 
 from __future__ import annotations
@@ -33,11 +34,13 @@ from tests.unified.files import load_file
 from tests.unified.suite import CLIENTS
 
 RUN = [
+    "bulkWrite.json",
     "change-streams.json",
     "close-cursors.json",
     "command-execution.json",
     "convenient-transactions.json",
     "cursors.json",
+    "deprecated-options.json",
     "error-transformations.json",
     "global-timeoutMS.json",
     "gridfs-advanced.json",
@@ -56,26 +59,23 @@ RUN = [
     "sessions-inherit-timeoutMS.json",
     "sessions-override-operation-timeoutMS.json",
     "sessions-override-timeoutMS.json",
+    "tailable-awaitData.json",
     "tailable-non-awaitData.json",
     "waitQueueTimeout.json",
 ]
-NOT_APPLICABLE = {
-    "bulkWrite.json": "greenpool.Client has no bulkWrite API (one command per call)",
-    "deprecated-options.json": "greenpool.Client has none of the deprecated per-operation "
-                               "options (maxTimeMS, maxCommitTimeMS, wTimeoutMS helpers)",
-    "tailable-awaitData.json": "greenpool.Client has no maxAwaitTimeMS for awaitData cursors",
-}
+NOT_APPLICABLE: dict[str, str] = {}
 # Single cases that do not apply, by id, with the reason.
 SKIP = {
-    "change-streams[change stream can be iterated again if previous iteration times out]":
-        "greenpool's change stream, resuming after a timed-out getMore with its time "
-        "already spent, refuses maxAwaitTimeMS against the 0 ms left (InvalidOperation) "
-        "instead of timing out: a known gap",
     "runCursorCommand[Non-tailable cursor iteration timeoutMS is refreshed for getMore if "
     "timeoutMode is iteration - failure]":
         "it counts the whole drain of runCursorCommand as one next() call; greenpool's "
         "iteration mode gives each next() call that needs a getMore the limit anew, and "
         "no single call here takes 100 ms",
+    "runCursorCommand[Tailable cursor awaitData iteration timeoutMS is refreshed for getMore - "
+    "failure]":
+        "it sets no timeoutMS (not on the client, the database or the createCommandCursor) "
+        "yet expects a timeout error from a getMore the server holds for 60 ms; with no "
+        "time limit greenpool's getMore waits and succeeds",
     "runCursorCommand[Tailable cursor iteration timeoutMS is refreshed for getMore - failure]":
         "it expects a getMore the server holds for 60 ms to exceed an iteration limit of "
         "100 ms; greenpool gives each next() call the whole limit, as the spec's "
@@ -95,6 +95,8 @@ def _cases(file_name: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
 
 CASES = [(file_name, spec, test) for file_name in RUN for spec, test in _cases(file_name)]
 
+_TRANSACTIONS = ("startTransaction", "withTransaction", "commitTransaction",
+                 "abortTransaction")
 #: The operations a test runs as commands (tests/csot_unified.py) for, and why.
 COMMAND_OPERATIONS = {
     "count": "count: PyMongo 4 has no Collection.count",
@@ -104,8 +106,7 @@ COMMAND_OPERATIONS = {
     "iterateOnce": "iterateOnce: PyMongo's find cursor has no try_next",
     **{name: f"{name}: a transaction's time limit is the Session API's timeout=, which "
              f"PyMongo's API (a timeout block) does not express"
-       for name in ("startTransaction", "withTransaction", "commitTransaction",
-                    "abortTransaction")},
+       for name in _TRANSACTIONS},
 }
 #: Operations on a database entity that greenpool's Database does not have.
 COMMAND_DATABASE_OPERATIONS = {
@@ -131,7 +132,7 @@ def command_runner_reason(spec: dict[str, Any], test: dict[str, Any]) -> str | N
         kinds[options["id"]] = kind
         if "timeoutMS" in (options.get(f"{kind}Options") or {}):
             return f"a {kind}'s timeoutMS: PyMongo's API has none"
-        if kind == "session" and options.get("sessionOptions"):
+        if kind == "session" and "defaultTimeoutMS" in (options.get("sessionOptions") or {}):
             return "a session's defaultTimeoutMS: PyMongo's API has none"
     # A change stream's iterateOnce is its try_next(), which the collection API has.
     streams = {o.get("saveResultAsEntity") for o in operations
@@ -141,6 +142,8 @@ def command_runner_reason(spec: dict[str, Any], test: dict[str, Any]) -> str | N
         if name == "iterateOnce" and operation["object"] in streams:
             continue
         if name in COMMAND_OPERATIONS:
+            if name in _TRANSACTIONS and _needs_collection_api(entities):
+                continue
             return COMMAND_OPERATIONS[name]
         if kinds.get(operation["object"]) == "database" and name in COMMAND_DATABASE_OPERATIONS:
             return COMMAND_DATABASE_OPERATIONS[name]
@@ -155,6 +158,20 @@ def command_runner_reason(spec: dict[str, Any], test: dict[str, Any]) -> str | N
             return (f"{name}'s timeoutMS bounds the cursor it opens or closes, which a "
                     f"timeout block around the call does not")
     return None
+
+
+def _needs_collection_api(entities: list[dict[str, Any]]) -> bool:
+    """Whether the entities set what only the collection API applies: a write
+    concern from the URI (wTimeoutMS; the command API sends commands as given)
+    or a session's defaultTransactionOptions."""
+    for entity in entities:
+        ((kind, options),) = entity.items()
+        if kind == "client" and "wTimeoutMS" in (options.get("uriOptions") or {}):
+            return True
+        if kind == "session" and "defaultTransactionOptions" in (
+                options.get("sessionOptions") or {}):
+            return True
+    return False
 
 
 def _operations(operations: list[dict[str, Any]]) -> Any:
@@ -238,5 +255,32 @@ def test_csot_spec_gridfs_on_pymongo(file_name: str, spec: dict[str, Any],
     for operation in _operations(test["operations"]):
         if operation["name"] in PYMONGO_GRIDFS_SKIP:
             pytest.skip(PYMONGO_GRIDFS_SKIP[operation["name"]])
+    run_on_collection_api(spec, test, replset_uri, deployment, CLIENTS["pymongo"],
+                          pymongo.timeout)
+
+
+#: The files whose cases on the collection API run on stock PyMongo too (its own client,
+#: ``pymongo.timeout``) as the reference; these cases PyMongo fails.
+PYMONGO_FILES = ("bulkWrite.json", "deprecated-options.json", "tailable-awaitData.json")
+PYMONGO_SKIP = {
+    f"tailable-awaitData[error on {name} if maxAwaitTimeMS is {how} timeoutMS]":
+        "PyMongo 4.20 does not refuse a maxAwaitTimeMS as long as timeoutMS or longer, "
+        "which the CSOT spec requires (greenpool refuses it)"
+    for name in ("aggregate", "watch") for how in ("greater than", "equal to")
+}
+REFERENCE_CASES = [case for case in CASES if case[0] in PYMONGO_FILES
+                   and command_runner_reason(case[1], case[2]) is None]
+
+
+@pytest.mark.parametrize(
+    ("file_name", "spec", "test"), REFERENCE_CASES,
+    ids=[f"{file_name.removesuffix('.json')}[{test['description']}]"
+         for file_name, _, test in REFERENCE_CASES])
+def test_csot_spec_on_pymongo(file_name: str, spec: dict[str, Any], test: dict[str, Any],
+                              replset_uri: str, deployment: Deployment,
+                              request: pytest.FixtureRequest) -> None:
+    case_id = request.node.callspec.id
+    if case_id in PYMONGO_SKIP:
+        pytest.skip(PYMONGO_SKIP[case_id])
     run_on_collection_api(spec, test, replset_uri, deployment, CLIENTS["pymongo"],
                           pymongo.timeout)

@@ -34,7 +34,6 @@ _CALLS: dict[str, tuple[str, bool]] = {
     "collection.countDocuments": ("count_documents", False),
     "collection.estimatedDocumentCount": ("estimated_document_count", False),
     "collection.distinct": ("distinct", False),
-    "collection.find": ("find", True),
     "collection.findOne": ("find_one", False),
     "collection.findOneAndDelete": ("find_one_and_delete", False),
     "collection.findOneAndReplace": ("find_one_and_replace", False),
@@ -112,13 +111,22 @@ class OpenedCursor:
         self.cursor.close()
 
 
+def _find(collection: Any, kwargs: dict[str, Any]) -> Any:
+    """``find()``, its maxAwaitTimeMS set with the cursor's builder method: PyMongo's
+    find takes no such keyword."""
+    wait = kwargs.pop("max_await_time_ms", None)
+    cursor = collection.find(**kwargs)
+    return cursor if wait is None else cursor.max_await_time_ms(wait)
+
+
 def _create_find_cursor(collection: Any, kwargs: dict[str, Any]) -> Any:
-    return OpenedCursor(collection.find(**kwargs))
+    return OpenedCursor(_find(collection, kwargs))
 
 
 _SPECIAL: dict[str, Callable[[Any, dict[str, Any]], Any]] = {
     "database.runCommand": _run_command,
     "database.createCollection": _create_collection,
+    "collection.find": lambda collection, kwargs: RootDocuments(_find(collection, kwargs)),
     "collection.createFindCursor": _create_find_cursor,
     **gridfs_ops.OPERATIONS,
     **clientbulk_ops.OPERATIONS,
