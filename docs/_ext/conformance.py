@@ -56,6 +56,7 @@ SPEC_MODULES = {
                                  "greenpool.gridfs)",
     "tests/test_change_streams_spec.py": "Change Streams (unified format, PyMongo and "
                                          "greenpool.Client)",
+    "tests/test_otel_spec.py": "OpenTelemetry (unified format, greenpool.Client)",
 }
 
 
