@@ -8,6 +8,7 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import gevent
 import pytest
 from pymongo import InsertOne, ReadPreference, UpdateOne
 from pymongo import monitoring as _m
@@ -158,7 +159,8 @@ def test_a_causally_consistent_sessions_reads_follow_its_last_operation(
     assert first is not None and after_insert is not None and after_insert >= first
     find, = started(events, "find")
     assert find["readConcern"] == {"level": "majority"}
-    assert "readConcern" not in started(events, "insert")[0]
+    # A write follows the session's last operation too, by afterClusterTime alone.
+    assert started(events, "insert")[0]["readConcern"] == {"afterClusterTime": first}
     reads = started(events, "aggregate") + started(events, "distinct")
     assert [r["readConcern"]["afterClusterTime"] for r in reads] == [after_insert] * 3
     assert "readConcern" not in started(events, "ping")[0]
@@ -238,3 +240,45 @@ def test_a_transactions_reads_must_be_primary(client: greenpool.Client) -> None:
             session.start_transaction(write_concern=WriteConcern(w=0))
         with pytest.raises(TypeError, match="TransactionOptions"):
             client.start_session(default_transaction_options={"w": 1})  # type: ignore[arg-type]
+
+
+# -- the server session pool: explicit sessions share it, dirty ones leave it ---------------
+
+
+def lsids(events: AllEvents, name: str) -> list[Any]:
+    return [command["lsid"] for command in started(events, name)]
+
+
+def test_an_ended_sessions_lsid_serves_the_next_implicit_session(
+        client: greenpool.Client, events: AllEvents) -> None:
+    orders = client.db[f"pooled_{uuid.uuid4().hex[:8]}"]
+    with client.start_session() as session:
+        orders.insert_one({"_id": 1}, session=session)
+        assert session.dirty is False
+    orders.find_one({})
+    orders.insert_one({"_id": 2})  # a retryable write: txnNumber after the session's
+    (insert_in_session, retryable), (find,) = lsids(events, "insert"), lsids(events, "find")
+    assert insert_in_session == find == retryable
+    numbers = [command["txnNumber"] for command in started(events, "insert")]
+    assert numbers == [1, 2]
+
+
+def test_a_session_killed_mid_command_is_dirty_and_never_lent_again(
+        client: greenpool.Client, events: AllEvents, replset_uri: str, app_name: str) -> None:
+    orders = client.db[f"dirty_{uuid.uuid4().hex[:8]}"]
+    orders.insert_one({"_id": 0})
+    block = {"configureFailPoint": "failCommand", "mode": {"times": 1},
+             "data": {"failCommands": ["insert"], "appName": app_name,
+                      "blockConnection": True, "blockTimeMS": 2000}}
+    with failpoint(replset_uri, block):
+        session = client.start_session()
+        writer = gevent.spawn(orders.insert_one, {"_id": 1}, session=session)
+        while len(started(events, "insert")) < 2:  # the blocked insert went out
+            gevent.sleep(0.01)
+        writer.kill()  # mid-command: the server may still run it in the session
+        assert session.dirty is True
+        session.end_session()
+    # The session had the implicit insert's lsid, from the pool; it does not go back.
+    assert lsids(events, "insert") == [session.lsid, session.lsid]
+    orders.find_one({})
+    assert lsids(events, "find") != [session.lsid]

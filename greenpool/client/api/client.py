@@ -874,6 +874,10 @@ class Client:
 
     def _read_preference(self, given: ReadPreferenceLike | None, default: _ServerMode,
                          session: Session | None) -> _ServerMode:
+        if given is None and session is not None and session.in_transaction:
+            # In a transaction a command runs with the transaction's read preference
+            # (the Transactions spec), which must be primary.
+            return session.transaction_read_preference()
         preference = default if given is None else readpref.coerce(given)
         if (session is not None and session.in_transaction
                 and preference.mode != readpref.PRIMARY.mode):

@@ -331,10 +331,12 @@ class Collection:
     def list_search_indexes(self, name: str | None = None, session: Session | None = None,
                             comment: Any = None, **kwargs: Any) -> CommandCursor:
         """A cursor over the collection's Atlas Search indexes (all, or the one
-        named), by the ``$listSearchIndexes`` stage."""
+        named), by the ``$listSearchIndexes`` stage, without the collection's
+        read concern (the Index Management spec, as PyMongo's)."""
         stage = {} if name is None else {"name": name}
-        return self.aggregate([{"$listSearchIndexes": stage}], session=session,
-                              comment=comment, **kwargs)
+        return CommandCursor(self._aggregate(self._name, [{"$listSearchIndexes": stage}],
+                                             session, None, comment, kwargs,
+                                             read_concern=False))
 
     def _run_search_command(self, command: Outgoing, session: Session | None) -> dict[str, Any]:
         """A search index command: to the primary, with no write concern (as PyMongo's)."""
@@ -523,7 +525,8 @@ class Collection:
         concern.check_session(session, self._write_concern)
         options: dict[str, Any] = {}
         _add_options(options, bypass, comment)
-        return bulk.execute(self, builder, ordered=ordered, acknowledged=self._acknowledged,
+        return bulk.execute(self, builder, ordered=ordered,
+                            acknowledged=self._acknowledged or _in_transaction(session),
                             session=session, options=options, let=let)
 
     # -- find_one_and_* ---------------------------------------------------------------
@@ -762,14 +765,14 @@ class Collection:
     def _aggregate(self, target: str | int, pipeline: Sequence[Mapping[str, Any]],
                    session: Session | None, let: Mapping[str, Any] | None, comment: Any,
                    kwargs: dict[str, Any], *, timeout_mode: str | None = None,
-                   raw_batches: bool = False) -> Cursor:
+                   raw_batches: bool = False, read_concern: bool = True) -> Cursor:
         """An aggregate's cursor, on ``target``: this collection's name, or 1 for a
         database's collection-less stages (``Database.aggregate``)."""
         if not isinstance(pipeline, list):
             raise TypeError(f"pipeline must be a list of stages, not {pipeline!r}")
         writes = bool(pipeline) and isinstance(pipeline[-1], Mapping) and (
             "$out" in pipeline[-1] or "$merge" in pipeline[-1])
-        command = self._read_command("aggregate", read_concern=True)
+        command = self._read_command("aggregate", read_concern=read_concern)
         command["aggregate"] = target
         command["pipeline"] = pipeline
         batch_size = kwargs.pop("batchSize", kwargs.pop("batch_size", None))
@@ -921,7 +924,9 @@ class Collection:
         server's default); its reply, or None if unacknowledged."""
         ops = self._ops
         if acknowledged is None:
-            acknowledged = self._acknowledged
+            # In a transaction the collection's write concern is not sent (the
+            # transaction's goes on its commit), w=0 included.
+            acknowledged = self._acknowledged or _in_transaction(session)
             field = self._write_concern_field
         else:
             field = None if acknowledged else {"w": 0}
@@ -1070,3 +1075,6 @@ def _check_bool(name: str, value: object) -> None:
     if not isinstance(value, bool):
         raise TypeError(f"{name} must be True or False, not {value!r}")
 
+
+def _in_transaction(session: Session | None) -> bool:
+    return session is not None and session.in_transaction

@@ -135,6 +135,9 @@ class Cursor:
         #: Whether a command of this cursor failed other than by the server's
         #: refusal (network error, kill): its implicit session is not reused.
         self._lsid_dirty = False
+        # The implicit server session a failure left dirty (dropped from the
+        # pool), which the retry of the opening command still runs in.
+        self._dropped: ServerSession | None = None
         #: Whether the buffer holds each batch's BSON bytes, not its documents.
         self._raw_batches = raw_batches
         if raw_batches:
@@ -349,10 +352,15 @@ class Cursor:
 
     def _retry_open(self, command: dict[str, Any], deadline: Deadline | None,
                     max_time: bool) -> None:
-        # A new attempt, in an implicit session taken afresh (the last one
-        # goes back to the pool, or is dropped if it was left dirty).
+        # A new attempt: in the implicit session of the failed one if that left it
+        # dirty (the Sessions spec's retry re-uses it, and it is dropped after),
+        # else in one taken afresh (the last one goes back to the pool).
         self._end_implicit_session()
-        self._server_session, self._lsid_dirty = False, False
+        dropped, self._dropped = self._dropped, None
+        if dropped is not None:
+            self._server_session, self._lsid_dirty = dropped, True
+        else:
+            self._server_session, self._lsid_dirty = False, False
         self._round_trip(command, "firstBatch", deadline, max_time=max_time)
 
     def _get_more(self, deadline: Deadline | None) -> None:
@@ -494,6 +502,8 @@ class Cursor:
         server_session, self._server_session = self._server_session, None
         if not isinstance(server_session, bool | None):
             self._operations.give_server_session(server_session, self._lsid_dirty)
+            if self._lsid_dirty:
+                self._dropped = server_session
 
     def _keep(self, conn: Connection[Link]) -> bool:
         """Pin ``conn`` (in load-balanced mode, while the server cursor lives)."""

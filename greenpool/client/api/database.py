@@ -300,12 +300,7 @@ class Database:
             document["comment"] = comment
         document.codec_options = check_codec_options(codec_options,
                                                      default=DEFAULT_CODEC_OPTIONS)
-        preference = readpref.PRIMARY if read_preference is None else readpref.coerce(
-            read_preference)
-        if session is not None and session.in_transaction and (
-                preference.mode != readpref.PRIMARY.mode):
-            raise InvalidOperation(f"read preference in a transaction must be primary, not "
-                                   f"{preference.document!r}")
+        preference = _command_preference(read_preference, session)
         try:
             return self._run(document, session, preference)
         except OperationFailure as error:
@@ -337,13 +332,9 @@ class Database:
         document.update(kwargs)
         document.codec_options = check_codec_options(codec_options,
                                                      default=DEFAULT_CODEC_OPTIONS)
-        preference = readpref.PRIMARY if read_preference is None else readpref.coerce(
-            read_preference)
         if session is not None:
             _check_session(session, self._ops)
-            if session.in_transaction and preference.mode != readpref.PRIMARY.mode:
-                raise InvalidOperation(f"read preference in a transaction must be primary, "
-                                       f"not {preference.document!r}")
+        preference = _command_preference(read_preference, session)
         return CommandCursor(Cursor(
             self._ops, self._name, document, batch_size=None, session=session,
             read_preference=preference, retry=False, comment=comment,
@@ -425,6 +416,21 @@ class Database:
         raise TypeError(
             f"'Database' object is not callable. If you meant to call the '{self._name}' "
             f"method on a 'Client' object it is failing because no such method exists.")
+
+
+def _command_preference(given: Any, session: Session | None) -> _ServerMode:
+    """A generic command's read preference: the one given, else primary; in a
+    transaction, the transaction's unless one is given, and either way primary
+    (the Transactions spec), else InvalidOperation."""
+    if session is not None and session.in_transaction:
+        if given is None:
+            return session.transaction_read_preference()
+        preference = readpref.coerce(given)
+        if preference.mode != readpref.PRIMARY.mode:
+            raise InvalidOperation(f"read preference in a transaction must be primary, not "
+                                   f"{preference.document!r}")
+        return preference
+    return readpref.PRIMARY if given is None else readpref.coerce(given)
 
 
 def _check_session(session: Session, ops: Operations) -> None:

@@ -235,6 +235,9 @@ class _ImplicitSession:
     def forget_pin_after(self, error: PyMongoError) -> None:
         pass
 
+    def not_started(self) -> None:
+        pass
+
     def end(self) -> None:
         pass
 

@@ -67,8 +67,10 @@ class CommandPublisher:
     def started(self, command: Mapping[str, Any], db: str, request_id: int, address: Address,
                 service_id: ObjectId | None, server_connection_id: int | None) -> None:
         if self._subscribers.takers("started"):
+            # The command as it goes out, with the $db the wire layer adds (PyMongo's
+            # events carry it too).
             self._subscribers.notify("started", _m.CommandStartedEvent(
-                dict(command), db, request_id, address, request_id,
+                {**command, "$db": db}, db, request_id, address, request_id,
                 service_id=service_id, server_connection_id=server_connection_id))
 
     def succeeded(self, seconds: float, reply: Mapping[str, Any], name: str, db: str,

@@ -124,8 +124,11 @@ def read_concern_field(read_concern: ReadConcern) -> dict[str, Any] | None:
 
 def check_session(session: object, write_concern: WriteConcern) -> None:
     """Refuse an explicit session with an unacknowledged write concern: its
-    writes would go without the session's guarantees (PyMongo refuses it too)."""
-    if session is not None and not write_concern.acknowledged:
+    writes would go without the session's guarantees (PyMongo refuses it too).
+    In a transaction the collection's write concern does not apply (the
+    transaction's does, on its commit), so there is nothing to refuse."""
+    if (session is not None and not write_concern.acknowledged
+            and not getattr(session, "in_transaction", False)):
         raise ConfigurationError(
             f"an explicit session cannot be used with an unacknowledged write concern "
             f"({write_concern!r}): unacknowledged writes run outside any session")

@@ -57,6 +57,7 @@ from pymongo.errors import (
     PyMongoError,
     ServerSelectionTimeoutError,
     WaitQueueTimeoutError,
+    WriteConcernError,
 )
 from pymongo.read_preferences import _ServerMode
 from pymongo.server_description import ServerDescription
@@ -67,7 +68,7 @@ from greenpool.address import Address
 from greenpool.client.config import readpref
 from greenpool.client.config.settings import DEFAULT_MAX_ADAPTIVE_RETRIES
 from greenpool.client.operations import retries
-from greenpool.client.operations.commands import CommandPublisher
+from greenpool.client.operations.commands import CommandPublisher, is_sensitive
 from greenpool.client.operations.timeouts import Deadline, check_seconds, resolve, running
 from greenpool.client.topology.sdam import Phase
 from greenpool.client.topology.server import Server
@@ -98,11 +99,19 @@ class SessionLike(Protocol):
     """What operations need of an explicit session
     (:class:`~greenpool.client.operations.session.Session` is the one there is)."""
 
-    lsid: dict[str, Any]
+    #: Set when a command in the session failed without the server's answer.
+    dirty: bool
     #: The connection a load-balanced transaction is pinned to.
     pinned: Connection[Link] | None
     #: The mongos a sharded transaction is pinned to.
     pinned_address: Address | None
+
+    @property
+    def lsid(self) -> dict[str, Any]: ...
+
+    @property
+    def server_session(self) -> ServerSession:
+        """The server session (from the pool) the session's lsid is."""
 
     @property
     def cluster_time(self) -> Mapping[str, Any] | None:
@@ -130,6 +139,10 @@ class SessionLike(Protocol):
 
     def forget_pin_after(self, error: PyMongoError) -> None:
         """Unpin if ``error`` lets the transaction be retried elsewhere."""
+
+    def not_started(self) -> None:
+        """The transaction's first command was refused as overloaded: the next
+        attempt starts the transaction."""
 
     def end(self) -> None: ...
 
@@ -413,13 +426,14 @@ class Operations:
             try:
                 reply = link.command(dbname, command, timeout=round_trip)
             except PyMongoError as error:
-                self._failed(error, conn, session, next(iter(command)))
+                self._failed(error, conn, session, command)
                 raise
             except BaseException as error:
                 # Not a refusal nor a network error (a bug, an unencodable
                 # document, a kill): whatever the connection's state, it is not
                 # known to be clean, so checkin closes it.
                 conn.mark_errored(error)
+                _killed_in(session, error)
                 raise
             if "$clusterTime" in reply:
                 self._gossip(reply, session)
@@ -436,7 +450,7 @@ class Operations:
             session.advance_cluster_time(cluster_time)
 
     def _failed(self, error: PyMongoError, conn: Connection[Link],
-                session: SessionLike | None, name: str) -> None:
+                session: SessionLike | None, command: Mapping[str, Any]) -> None:
         """A round trip failed with ``error``: gossip a refusal's cluster time,
         apply SDAM's rules, tell the session (its operationTime, a transaction's
         labels)."""
@@ -444,7 +458,9 @@ class Operations:
         if isinstance(details, Mapping) and "$clusterTime" in details:
             self._gossip(details, session)
         self.topology.handle_error(error, Phase.OPERATION, conn)
-        _session_error(session, name, error)
+        if session is not None and not isinstance(error, OperationFailure | NotPrimaryError):
+            session.dirty = True  # no answer: the server may still hold the session busy
+        _session_error(session, command, error)
 
     def _send_with_events(self, conn: Connection[Link], link: Link, dbname: str,
                           command: dict[str, Any], session: SessionLike | None,
@@ -460,19 +476,31 @@ class Operations:
         try:
             reply = link.command(dbname, command, request_id=request_id, timeout=round_trip)
         except PyMongoError as error:
-            events.failed(time.perf_counter() - started, error, command, dbname,
-                          request_id, address, service_id, server_id)
-            self._failed(error, conn, session, name)
+            seconds = time.perf_counter() - started
+            answered = getattr(command, "reply", None)
+            if isinstance(error, WriteConcernError) and answered is not None:
+                # The command succeeded (ok: 1) with a writeConcernError, which is
+                # raised after its reply is published, as PyMongo's events have it.
+                events.succeeded(seconds, answered, name, dbname, request_id, address,
+                                 service_id, server_id)
+            else:
+                events.failed(seconds, error, command, dbname, request_id, address,
+                              service_id, server_id)
+            self._failed(error, conn, session, command)
             raise
         except BaseException as error:
             conn.mark_errored(error)  # as in send
+            _killed_in(session, error)
             if isinstance(error, Exception):
                 events.failed(time.perf_counter() - started, error, command, dbname,
                               request_id, address, service_id, server_id)
             raise
         if "$clusterTime" in reply:
             self._gossip(reply, session)
-        events.succeeded(time.perf_counter() - started, reply, name, dbname, request_id,
+        # A redacted command's reply is redacted too (a hello's carries no
+        # speculativeAuthenticate when the server skipped it).
+        events.succeeded(time.perf_counter() - started,
+                         {} if is_sensitive(name, command) else reply, name, dbname, request_id,
                          address, service_id, server_id)
         if session is not None:
             session.received(reply)
@@ -482,9 +510,22 @@ class Operations:
                        deadline: Deadline | None = None) -> None:
         """Run a command a session built itself (commit, abort); its errors
         get the RetryableWriteError label where the Retryable Writes spec
-        says (unless retryWrites=false), for the session to decide."""
+        says, for the session to decide (commit and abort are retried whatever
+        retryWrites says: the Transactions spec)."""
         if self._closed:
             raise InvalidOperation("the greenpool Client is closed")
+        try:
+            self._finish_once(session, dbname, command, deadline)
+        except PyMongoError as error:
+            # An overloaded server's refusal is retried after a backoff, the same
+            # command again (Client Backpressure); any other retry is the session's.
+            if not retries.is_retryable_overload(error):
+                raise
+            self._retry(error, lambda: self._finish_once(session, dbname, command, deadline),
+                        retries.is_retryable_overload, deadline)
+
+    def _finish_once(self, session: SessionLike, dbname: str, command: dict[str, Any],
+                     deadline: Deadline | None) -> None:
         wire_version: int | None = None
         try:
             with self.lease(session, Purpose.TRANSACTION, name=next(iter(command)),
@@ -493,8 +534,7 @@ class Operations:
                 wire_version = conn.transport.max_wire_version
                 self.send(conn, dbname, command, session, deadline)
         except PyMongoError as error:
-            if self.retry_writes:
-                retries.label_write_error(error, wire_version)
+            retries.label_write_error(error, wire_version)
             raise
 
     # -- running a command, with retries (Retryable Reads and Writes specs) ------------------
@@ -575,9 +615,13 @@ class Operations:
         retryable overload error, as the Client Backpressure spec says (any
         command its policy allows, after a backoff). Call it in the
         ``except`` clause that caught ``error``."""
-        if retry is False or (session is not None and session.in_transaction):
+        if retry is False:
             raise error
-        reads = retry or (self.retry_reads and retries.is_retryable_read(command))
+        # In a transaction only the Client Backpressure retries apply (the
+        # Transactions spec): no retryable reads or writes there.
+        in_transaction = session is not None and session.in_transaction
+        reads = not in_transaction and (
+            retry or (self.retry_reads and retries.is_retryable_read(command)))
         overloads = retry or retries.overload_retry_allowed(
             command, retry_reads=self.retry_reads, retry_writes=self.retry_writes)
 
@@ -734,8 +778,10 @@ class Operations:
         """:meth:`send` without an explicit session: in an implicit one lent
         by :meth:`take_server_session` (unless the command names its own
         ``lsid``, or the server has no sessions) and given back afterwards.
-        After a failure the lent ``lsid`` is taken out of ``command`` again,
-        so that a retry gets one afresh."""
+        After a refusal the lent ``lsid`` is taken out of ``command`` again,
+        so that a retry gets one afresh; after a failure that leaves it dirty it
+        stays, so that the retry runs in it too (the Sessions spec), and it is
+        dropped."""
         server_session = None if "lsid" in command else self.take_server_session()
         if server_session is None:
             return self.send(conn, dbname, command, None, deadline)
@@ -744,9 +790,10 @@ class Operations:
         try:
             return self.send(conn, dbname, command, None, deadline)
         except BaseException as error:
-            del command["lsid"]
             # Unless the server answered, it may still hold the session busy.
             dirty = not isinstance(error, OperationFailure | NotPrimaryError)
+            if not dirty:
+                del command["lsid"]
             raise
         finally:
             # A kill mid-command breaks the connection: the server may
@@ -757,7 +804,11 @@ class Operations:
         """Take back a server session from :meth:`take_server_session`;
         ``dirty`` if a command in it failed other than by the server's refusal."""
         if dirty:
-            return  # the server may still hold it busy: never reuse it
+            # The server may still hold it busy: never reuse it. Its lsid still
+            # goes to endSessions at close, which also ends any transaction the
+            # server still keeps open in it (rare: a network error, a kill).
+            self._ended_lsids.append(server_session.lsid)
+            return
         if self._closed:
             self._ended_lsids.append(server_session.lsid)
         else:
@@ -782,10 +833,15 @@ class Operations:
     def session_started(self, session: SessionLike) -> None:
         self._sessions.add(session)
 
+    def lend_server_session(self) -> ServerSession:
+        """A server session for an explicit session, for its lifetime: one from
+        the pool, or a new one (also when the server's support is not known yet)."""
+        return self.take_server_session() or ServerSession()
+
     def session_ended(self, session: SessionLike) -> None:
-        """``session`` ended: its lsid goes to endSessions at close."""
+        """``session`` ended: its server session goes back to the pool, unless dirty."""
         self._sessions.discard(session)
-        self._ended_lsids.append(session.lsid)
+        self.give_server_session(session.server_session, session.dirty)
 
     def cursor_opened(self, cursor: _Closable) -> None:
         """``cursor`` holds a server cursor: :meth:`close` closes it if it is still open."""
@@ -836,12 +892,25 @@ def _timed_out(deadline: Deadline, error: PyMongoError) -> PyMongoError:
     return timed_out
 
 
-def _session_error(session: SessionLike | None, name: str, error: PyMongoError) -> None:
+def _killed_in(session: SessionLike | None, error: BaseException) -> None:
+    """A kill (not an Exception) mid-command: the command may be running still."""
+    if session is not None and not isinstance(error, Exception):
+        session.dirty = True
+
+
+def _session_error(session: SessionLike | None, command: Mapping[str, Any],
+                   error: PyMongoError) -> None:
     """What a failed command in ``session`` means to it: a refusal's reply
-    counts as a reply (its operationTime); then the transaction's rules."""
-    if session is not None and isinstance(error, OperationFailure) and error.details:
+    counts as a reply (its operationTime); then the transaction's rules. A
+    transaction's first command refused as overloaded did not start it: its
+    retry starts it (the Transactions spec's Client Backpressure section)."""
+    if session is None:
+        return
+    if isinstance(error, OperationFailure) and error.details:
         session.received(error.details)
-    _transaction_error(session, name, error)
+    if command.get("startTransaction") and retries.is_retryable_overload(error):
+        session.not_started()
+    _transaction_error(session, next(iter(command)), error)
 
 
 def _transaction_error(session: SessionLike | None, name: str, error: PyMongoError) -> None:

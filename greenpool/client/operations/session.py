@@ -9,11 +9,14 @@ transaction on ``TransientTransactionError``, and the commit on
 ``UnknownTransactionCommitResult``, for up to 120 seconds.
 
 A session keeps the latest ``operationTime`` its replies carry. A causally
-consistent session (the default, as PyMongo's) reads after it: the
+consistent session (the default, as PyMongo's) reads and writes after it: the
 collection API's reads outside a transaction (find, aggregate, distinct,
-count) carry ``readConcern.afterClusterTime`` once the session has one (the
-Causal Consistency spec), and so does a transaction's first command. A
-snapshot session's reads carry ``readConcern.level: snapshot``, then the
+count) and the write commands (insert, update, delete, findAndModify,
+bulkWrite, create, createIndexes, drop, dropDatabase, dropIndexes) carry
+``readConcern.afterClusterTime`` once the session has one (the Causal
+Consistency spec), and so does a transaction's first command. A
+snapshot session's commands (its writes too, which the server then
+refuses) carry ``readConcern.level: snapshot``, then the
 ``atClusterTime`` its first read was answered at. A transaction runs with
 the options :mod:`greenpool.client.operations.sessionopts` resolves: its read concern on
 its first command, its write concern on its commit and abort, its
@@ -41,12 +44,10 @@ from __future__ import annotations
 import contextlib
 import enum
 import time
-import uuid
 from collections.abc import Callable, Mapping, MutableMapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from bson.binary import UUID_SUBTYPE, Binary
 from bson.timestamp import Timestamp
 from pymongo.client_session import SessionOptions, TransactionOptions  # type: ignore[attr-defined]
 from pymongo.errors import (
@@ -71,7 +72,7 @@ from greenpool.client.operations.timeouts import Deadline, check_seconds, resolv
 
 if TYPE_CHECKING:
     from greenpool.address import Address
-    from greenpool.client.operations.operations import Operations
+    from greenpool.client.operations.operations import Operations, ServerSession
     from greenpool.pool.connection import Connection
     from greenpool.wire.link import Link
 
@@ -83,8 +84,20 @@ R = TypeVar("R")
 WITH_TRANSACTION_TIMEOUT = 120.0
 # Code 50: a commit that exceeded maxTimeMS is not retried as "unknown".
 _MAX_TIME_MS_EXPIRED = 50
+# WriteConcernFailed: the write concern timed out, the commit may have happened.
+_WRITE_CONCERN_FAILED = 64
+# UnknownReplWriteConcern, UnsatisfiableWriteConcern: a write concern no retry satisfies.
+_INVALID_WRITE_CONCERN = (79, 100)
 # Retried commits use majority write concern so the retry cannot double-apply.
 _RETRY_COMMIT_WRITE_CONCERN = {"w": "majority", "wtimeout": 10_000}
+# The write commands that take readConcern.afterClusterTime in a causally
+# consistent session (the Read and Write Concern spec's list).
+_CAUSAL_WRITES = frozenset({"insert", "update", "delete", "findAndModify", "bulkWrite",
+                            "create", "createIndexes", "drop", "dropDatabase",
+                            "dropIndexes"})
+# A cursor's getMore and killCursors carry the read concern of the command that
+# opened it, not one of their own.
+_CURSOR_COMMANDS = frozenset({"getMore", "killCursors"})
 # The client's options when a session is made without them (tests).
 _SERVER_DEFAULTS = ClientDefaults(ReadConcern(), WriteConcern(), readpref.PRIMARY)
 
@@ -133,8 +146,13 @@ class Session:
         # session shares while it runs (the CSOT spec; read-only outside:
         # changing it mid-transaction would break the time limit).
         self._deadline: Deadline | None = None
-        self.lsid: dict[str, Any] = {"id": Binary(uuid.uuid4().bytes, UUID_SUBTYPE)}
-        self.txn_number = 0
+        # The server session (lsid, last transaction number) from the client's pool,
+        # which the implicit sessions share: given back when this session ends.
+        self._server_session = operations.lend_server_session()
+        #: Whether a command in this session failed without the server's answer (a
+        #: network error, a kill): the server may still hold the session busy, so
+        #: it is not lent again (the Sessions spec's dirty session).
+        self.dirty = False
         self.state = TransactionState.NONE
         self.ended = False
         #: The connection a load-balanced transaction is pinned to.
@@ -143,6 +161,25 @@ class Session:
         self.pinned_address: Address | None = None
         self._cluster_time: dict[str, Any] | None = None
         self._commit_attempts = 0
+
+    @property
+    def server_session(self) -> ServerSession:
+        """The server session from the client's pool this session uses."""
+        return self._server_session
+
+    @property
+    def lsid(self) -> dict[str, Any]:
+        """The ``lsid`` document this session's commands carry."""
+        return self._server_session.lsid
+
+    @property
+    def txn_number(self) -> int:
+        """The number of the current (or last) transaction or retryable write."""
+        return self._server_session.txn_number
+
+    @txn_number.setter
+    def txn_number(self, value: int) -> None:
+        self._server_session.txn_number = value
 
     @property
     def operations(self) -> Operations:
@@ -225,7 +262,7 @@ class Session:
         ``with session.start_transaction(): ...``."""
         self._check_not_ended()
         if self._snapshot:
-            raise InvalidOperation("a snapshot session cannot run transactions")
+            raise InvalidOperation("Transactions are not supported in snapshot sessions")
         if self.in_transaction:
             raise InvalidOperation("Transaction already in progress")
         settings = self._transaction_settings(read_concern, write_concern, read_preference,
@@ -271,6 +308,16 @@ class Session:
             # An operation after a finished transaction starts afresh (spec).
             self.state = TransactionState.NONE
             self._unpin()
+        if self._snapshot and next(iter(command)) not in _CURSOR_COMMANDS:
+            # Every command of a snapshot session says so, writes too, so that the
+            # server refuses what a snapshot cannot do (the Snapshot Reads spec).
+            self.add_read_concern(command)
+        elif (self._causal and self._operation_time is not None and not self.in_transaction
+                and next(iter(command)) in _CAUSAL_WRITES):
+            # A causally consistent write waits for the session's last operation too
+            # (the Causal Consistency spec since 2026-05): a read concern of
+            # afterClusterTime alone, which these write commands accept.
+            command["readConcern"] = {"afterClusterTime": self._operation_time}
 
     def sending(self, command: MutableMapping[str, Any]) -> None:
         """``command`` is about to go out: the transaction's first command
@@ -288,6 +335,12 @@ class Session:
                 command["readConcern"] = {**(read_concern or {}),
                                           "afterClusterTime": self._operation_time}
             self.state = TransactionState.IN_PROGRESS
+
+    def not_started(self) -> None:
+        """The transaction's first command was refused as overloaded, so the
+        server did not start it: the next command (its retry) starts it."""
+        if self.state is TransactionState.IN_PROGRESS:
+            self.state = TransactionState.STARTING
 
     def add_read_concern(self, command: MutableMapping[str, Any]) -> None:
         """A read outside a transaction (find, aggregate, distinct, count):
@@ -510,8 +563,9 @@ class Session:
 
     def _run_finishing(self, command: dict[str, Any], deadline: Deadline | None) -> None:
         """Run commitTransaction or abortTransaction, retried once after a
-        retryable error (as retryable writes are, unless retryWrites=false);
-        the retry may use another connection, so the pin is dropped first."""
+        retryable error (as retryable writes are, whatever retryWrites says: the
+        Transactions spec); the retry may use another connection, so the pin is
+        dropped first."""
         command["lsid"] = self.lsid
         command["txnNumber"] = self.txn_number
         command["autocommit"] = False
@@ -519,7 +573,7 @@ class Session:
         try:
             self._operations.run_in_session(self, "admin", command, deadline)
         except PyMongoError as error:
-            if not (self._operations.retry_writes and _is_retryable(error)):
+            if not _is_retryable(error):
                 raise
             if deadline is not None and deadline.bounded and deadline.expired():
                 raise  # no time left to retry in
@@ -617,8 +671,14 @@ def _is_max_time_expired(error: PyMongoError) -> bool:
 
 
 def _is_unknown_commit_result(error: OperationFailure) -> bool:
-    # Write concern failures and retryable-write errors leave the outcome unknown.
-    if error.has_error_label("RetryableWriteError"):
+    """Whether a commit's refusal leaves its outcome unknown (the Transactions spec's
+    UnknownTransactionCommitResult): a retryable-write error, MaxTimeMSExpired, or a
+    write concern that failed or timed out, but not one that can never be satisfied
+    (UnsatisfiableWriteConcern, UnknownReplWriteConcern), which a retry fails again."""
+    if error.has_error_label("RetryableWriteError") or _is_max_time_expired(error):
         return True
     details: Mapping[str, Any] = error.details or {}
-    return "writeConcernError" in details or error.code in (64, 79, 100)
+    wce = details.get("writeConcernError")
+    if isinstance(wce, Mapping):
+        return wce.get("code") not in _INVALID_WRITE_CONCERN
+    return error.code == _WRITE_CONCERN_FAILED

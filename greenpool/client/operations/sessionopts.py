@@ -97,8 +97,9 @@ def transaction_settings(read_concern: object, write_concern: object, read_prefe
         inherited(write_concern, "write_concern", None), default=client.write_concern)
     if not chosen_write_concern.acknowledged:
         raise ConfigurationError(
-            f"a transaction cannot run with an unacknowledged write concern "
-            f"({chosen_write_concern.document!r}): its commit must be acknowledged")
+            f"transactions do not support unacknowledged write concern "
+            f"({chosen_write_concern.document!r}): a transaction's commit must be "
+            f"acknowledged")
     preference = inherited(read_preference, "read_preference", client.read_preference)
     max_commit = inherited(max_commit_time_ms, "max_commit_time_ms", None)
     if max_commit is not None and (isinstance(max_commit, bool) or not isinstance(max_commit, int)
