@@ -21,20 +21,15 @@ import pytest
 from tests.cmap_runner import SPEC_DIR
 from tests.unified.deployment import Deployment
 from tests.unified.runner import client_uri
-from tests.unified.suite import CLIENTS, NotRun, ids, run_file, spec_files
+from tests.unified.suite import CLIENTS, COUNT, RAW_DATA, NotRun, ids, run_file, spec_files
 
 CRUD_DIR = SPEC_DIR / "crud" / "tests" / "unified"
 RWC_DIR = SPEC_DIR / "read-write-concern" / "tests" / "operation"
 
-_RAW_DATA = NotRun("rawData: an option the CRUD spec tells drivers not to implement unless "
-                   "asked (for time-series buckets, MongoDB's internal use); PyMongo has none")
-_COUNT = NotRun("Collection.count: removed in PyMongo 4 (count_documents and "
-                "estimated_document_count replace it), so neither client has it")
-
 #: What is not run, and why: a file by name, or one case as ``file[description]``.
 NOT_RUN: dict[str, NotRun] = {
-    **{name: _RAW_DATA for name in spec_files(CRUD_DIR) if name.endswith("-rawdata")},
-    **{name: _COUNT for name in ("count", "count-collation", "count-empty")},
+    **{name: RAW_DATA for name in spec_files(CRUD_DIR) if name.endswith("-rawdata")},
+    **{name: COUNT for name in ("count", "count-collation", "count-empty")},
     "findOneAndUpdate-errorResponse[findOneAndUpdate document validation errInfo is "
     "accessible]": NotRun("modifyCollection (collMod): PyMongo has no helper for it, so "
                           "neither client has one"),

@@ -323,7 +323,10 @@ def _match_operator(operator: str, operand: Any, actual: Any, path: str, root: b
     elif operator == "$$matchesEntity":
         match(_entity(entities, operand), actual, path, root=root, entities=entities)
     elif operator == "$$sessionLsid":
-        lsid = getattr(_entity(entities, operand), "session_id", None)
+        # The lsid a runner saved when it made the session (the format: an ended
+        # session may no longer say it), else the session's own.
+        saved = entities.get(("lsid", operand)) if entities is not None else None
+        lsid = saved or getattr(_entity(entities, operand), "session_id", None)
         assert lsid is not None, f"{where}: entity {operand!r} is not a session"
         match(lsid, actual, path, root=False, entities=entities)
     elif operator == "$$matchesHexBytes":

@@ -57,6 +57,10 @@ SPEC_MODULES = {
     "tests/test_change_streams_spec.py": "Change Streams (unified format, PyMongo and "
                                          "greenpool.Client)",
     "tests/test_otel_spec.py": "OpenTelemetry (unified format, greenpool.Client)",
+    "tests/test_driver_specs.py": "Transactions, Convenient Transactions API, Sessions, Causal "
+                                  "Consistency, Command Monitoring, Collection and Index "
+                                  "Management, Run Command (unified format, PyMongo and "
+                                  "greenpool.Client)",
 }
 
 

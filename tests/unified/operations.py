@@ -13,6 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from pymongo import CursorType
+from pymongo.operations import SearchIndexModel
+
 from tests.unified import clientbulk_ops, gridfs_ops
 from tests.unified.arguments import keywords
 from tests.unified_match import RootDocuments
@@ -53,6 +56,7 @@ _CALLS: dict[str, tuple[str, bool]] = {
     "collection.updateSearchIndex": ("update_search_index", False),
     "collection.dropSearchIndex": ("drop_search_index", False),
     "collection.drop": ("drop", False),
+    "client.dropDatabase": ("drop_database", False),
     "collection.rename": ("rename", False),
     "client.createChangeStream": ("watch", False),
     "database.createChangeStream": ("watch", False),
@@ -80,6 +84,38 @@ def _run_command(database: Any, kwargs: dict[str, Any]) -> Any:
     command, name = kwargs.pop("command"), kwargs.pop("commandName")
     # The command's name is its first key, whatever order the document came in.
     return database.command({name: command[name], **command}, **kwargs)
+
+
+def _command_cursor(database: Any, kwargs: dict[str, Any]) -> Any:
+    """PyMongo's ``Database.cursor_command``: the command's name first; the format's
+    getMore options as its keywords (maxTimeMS is the getMores' maxAwaitTimeMS there,
+    batchSize the cursor's, set after the first batch as the spec says)."""
+    command, name = kwargs.pop("command"), kwargs.pop("commandName")
+    batch_size = kwargs.pop("batch_size", None)
+    # PyMongo's cursor_command has no cursorType: a tailable cursor is one whose command
+    # says tailable, as the files' commands do.
+    if kwargs.pop("cursorType", CursorType.NON_TAILABLE) != CursorType.NON_TAILABLE:
+        assert command.get("tailable"), f"cursorType tailable, but the command is {command}"
+    cursor = database.cursor_command({name: command[name], **command}, **kwargs)
+    if batch_size:
+        cursor.batch_size(batch_size)
+    return cursor
+
+
+def _run_cursor_command(database: Any, kwargs: dict[str, Any]) -> Any:
+    return RootDocuments(_command_cursor(database, kwargs))
+
+
+def _create_search_indexes(collection: Any, kwargs: dict[str, Any]) -> Any:
+    # PyMongo's create_search_indexes takes SearchIndexModel objects, not documents.
+    models = [SearchIndexModel(**model) for model in kwargs.pop("models")]
+    return collection.create_search_indexes(models, **kwargs)
+
+
+def _list_search_indexes(collection: Any, kwargs: dict[str, Any]) -> Any:
+    # aggregationOptions are the aggregate's options, PyMongo's keywords as they are.
+    return RootDocuments(collection.list_search_indexes(
+        **kwargs.pop("aggregationOptions", {}), **kwargs))
 
 
 def _create_collection(database: Any, kwargs: dict[str, Any]) -> Any:
@@ -126,6 +162,10 @@ def _create_find_cursor(collection: Any, kwargs: dict[str, Any]) -> Any:
 _SPECIAL: dict[str, Callable[[Any, dict[str, Any]], Any]] = {
     "database.runCommand": _run_command,
     "database.createCollection": _create_collection,
+    "database.runCursorCommand": _run_cursor_command,
+    "database.createCommandCursor": _command_cursor,
+    "collection.listSearchIndexes": _list_search_indexes,
+    "collection.createSearchIndexes": _create_search_indexes,
     "collection.find": lambda collection, kwargs: RootDocuments(_find(collection, kwargs)),
     "collection.createFindCursor": _create_find_cursor,
     **gridfs_ops.OPERATIONS,

@@ -26,7 +26,7 @@ from pymongo.read_concern import ReadConcern
 from pymongo.server_api import ServerApi
 from pymongo.write_concern import WriteConcern
 
-from tests.unified import arguments, gridfs_ops, tracing
+from tests.unified import arguments, gridfs_ops, session_state, tracing
 from tests.unified.deployment import Deployment
 from tests.unified.operations import call
 from tests.unified.results import as_document, error_result
@@ -63,7 +63,8 @@ _TRANSACTION_OPTIONS = {"readConcern": "read_concern", "writeConcern": "write_co
 _COLLECTION_OPTIONS = {"readConcern": "read_concern", "writeConcern": "write_concern",
                        "readPreference": "read_preference"}
 # The operations whose result, saved as an entity, is of that kind.
-_SAVED_KINDS = {"createFindCursor": "cursor", "createCollection": "collection",
+_SAVED_KINDS = {"createFindCursor": "cursor", "createCommandCursor": "cursor",
+                "createCollection": "collection",
                 "createChangeStream": "changeStream"}
 
 
@@ -235,7 +236,10 @@ class Runner:
         if "default_transaction_options" in options:
             options["default_transaction_options"] = TransactionOptions(**_options(
                 options["default_transaction_options"], _TRANSACTION_OPTIONS))
-        return self.entities[spec["client"]].start_session(**options)
+        session = self.entities[spec["client"]].start_session(**options)
+        # Saved now: the format's $$sessionLsid still names it once the session ends.
+        self.entities[("lsid", spec["id"])] = session.session_id
+        return session
 
     def _make_thread(self, spec: Mapping[str, Any]) -> list[gevent.Greenlet]:
         return self.threads.setdefault(spec["id"], [])
@@ -259,13 +263,15 @@ class Runner:
                     or in_callback):
                 raise
             error = caught
-        if operation.get("ignoreResultAndError"):
-            return None
-        if "expectError" in operation:
+        if "expectError" in operation and not operation.get("ignoreResultAndError"):
             check_error(operation["expectError"], error, result=error_result,
                         entities=self.entities)
-        elif error is not None:  # in a withTransaction callback: the callback fails
+        if error is not None and in_callback:
+            # A callback operation's error fails the callback, whatever the operation
+            # expected or ignored (the format's withTransaction).
             raise error
+        if operation.get("ignoreResultAndError"):
+            return None
         if "expectResult" in operation:
             match(operation["expectResult"], as_document(result), "result",
                   entities=self.entities)
@@ -294,7 +300,7 @@ class Runner:
             return self._with_transaction(entity, given)
         if kind in ("cursor", "changeStream") and name == "iterateUntilDocumentOrError":
             return next(entity)
-        if kind == "changeStream" and name == "iterateOnce":
+        if kind in ("cursor", "changeStream") and name == "iterateOnce":
             return entity.try_next()
         if kind in ("cursor", "changeStream", "client") and name == "close":
             return entity.close()
@@ -408,6 +414,23 @@ class Runner:
     def _test_assertDifferentLsidOnLastTwoCommands(self, *, client: str) -> None:
         first, second = self._lsids(client)
         assert first != second, f"the same lsid {first} twice"
+
+
+    def _test_assertSessionTransactionState(self, *, session: str, state: str) -> None:
+        actual = session_state.transaction_state(self.entities[session])
+        assert actual == state, f"{session} is in transaction state {actual}, not {state}"
+
+    def _test_assertSessionDirty(self, *, session: str) -> None:
+        assert session_state.dirty(self.entities[session]), f"{session} is not dirty"
+
+    def _test_assertSessionNotDirty(self, *, session: str) -> None:
+        assert not session_state.dirty(self.entities[session]), f"{session} is dirty"
+
+    def _test_assertSessionPinned(self, *, session: str) -> None:
+        assert session_state.pinned(self.entities[session]), f"{session} is not pinned"
+
+    def _test_assertSessionUnpinned(self, *, session: str) -> None:
+        assert not session_state.pinned(self.entities[session]), f"{session} is pinned"
 
 
 def _primary(description: Any) -> Any:
