@@ -33,6 +33,7 @@ SUITES: dict[str, Path] = {
     "sessions": SPEC_DIR / "sessions" / "tests",
     "causal-consistency": SPEC_DIR / "causal-consistency" / "tests",
     "command-monitoring": SPEC_DIR / "command-logging-and-monitoring" / "tests" / "monitoring",
+    "command-logging": SPEC_DIR / "command-logging-and-monitoring" / "tests" / "logging",
     "collection-management": SPEC_DIR / "collection-management" / "tests",
     "index-management": SPEC_DIR / "index-management" / "tests",
     "run-command": SPEC_DIR / "run-command" / "tests" / "unified",
@@ -75,6 +76,15 @@ NOT_RUN: dict[str, dict[str, NotRun]] = {
             server_error="bulkWrite.readConcern"),
     },
     "command-monitoring": {},
+    "command-logging": {
+        f"redacted-commands[{case}]": NotRun(
+            "SecantusDB's hello reply, as extended JSON, is longer than the 1000 characters "
+            "a log message keeps by default (the logging spec's maxDocumentLength), so the "
+            "cut reply is no longer a document; the case assumes a reply that fits",
+            server_error="Unterminated string")
+        for case in ("hello without speculative authenticate command and server reply are "
+                     "not redacted", "legacy hello without speculative authenticate command "
+                     "and server reply are not redacted")},
     "collection-management": {
         "listCollections-rawdata": RAW_DATA,
         "modifyCollection-errorResponse": _MODIFY_COLLECTION,

@@ -26,7 +26,7 @@ from pymongo.read_concern import ReadConcern
 from pymongo.server_api import ServerApi
 from pymongo.write_concern import WriteConcern
 
-from tests.unified import arguments, gridfs_ops, session_state, tracing
+from tests.unified import arguments, gridfs_ops, logs, session_state, tracing
 from tests.unified.deployment import Deployment
 from tests.unified.operations import call
 from tests.unified.results import as_document, error_result
@@ -89,6 +89,8 @@ class Runner:
         self.entities: dict[str, Any] = {}
         self.kinds: dict[str, str] = {}
         self.recorders: dict[str, Recorder] = {}
+        #: Each client entity's observeLogMessages (component: level).
+        self.observed_logs: dict[str, Mapping[str, str]] = {}
         self.threads: dict[str, list[gevent.Greenlet]] = {}
         self.failpoints: list[str] = []
         self.transactions = False
@@ -106,6 +108,13 @@ class Runner:
         self.client_heartbeat_ms = (self.fail_point_heartbeat_ms if sets_fail_point(test)
                                     else None)
         tracing.reset()
+        with contextlib.ExitStack() as stack:
+            capture = (stack.enter_context(logs.Capture().installed())
+                       if "expectLogMessages" in test else None)
+            self._run_test(spec, test, capture)
+
+    def _run_test(self, spec: Mapping[str, Any], test: Mapping[str, Any],
+                  capture: logs.Capture | None) -> None:
         try:
             self.initial_data(spec.get("initialData") or [])
             self.create_entities(spec.get("createEntities") or [])
@@ -117,6 +126,10 @@ class Runner:
                 check_events(self.recorders[expected["client"]], expected, self.entities)
             for expected in test.get("expectTracingMessages") or []:
                 tracing.check_tracing(expected, self.entities)
+            for expected in test.get("expectLogMessages") or []:
+                assert capture is not None
+                logs.check(expected, capture, self.entities[expected["client"]],
+                           self.observed_logs[expected["client"]])
             for expected in test.get("outcome") or []:
                 self.check_outcome(expected)
         finally:
@@ -189,12 +202,14 @@ class Runner:
     def _make_client(self, spec: Mapping[str, Any]) -> Any:
         unknown = set(spec) - {"id", "uriOptions", "useMultipleMongoses", "observeEvents",
                                "ignoreCommandMonitoringEvents", "observeSensitiveCommands",
-                               "awaitMinPoolSizeMS", "serverApi", "observeTracingMessages"}
+                               "awaitMinPoolSizeMS", "serverApi", "observeTracingMessages",
+                               "observeLogMessages"}
         assert not unknown, f"client options {sorted(unknown)} are not supported by this runner"
         recorder = recorder_for(spec.get("observeEvents") or [],
                                 spec.get("ignoreCommandMonitoringEvents") or [],
                                 observe_sensitive=spec.get("observeSensitiveCommands", False))
         self.recorders[spec["id"]] = recorder
+        self.observed_logs[spec["id"]] = spec.get("observeLogMessages") or {}
         # useMultipleMongoses: no effect on a deployment without mongoses.
         assert self.deployment.topology != "sharded", "sharded deployments are not supported"
         options = with_fail_point_heartbeat(spec.get("uriOptions") or {},

@@ -24,6 +24,7 @@ from pymongo import monitoring as _m
 from pymongo.errors import OperationFailure
 
 from greenpool.address import Address
+from greenpool.client.operations import commandlog
 from greenpool.pool.listeners import Subscribers
 
 __all__ = ["CommandPublisher", "failure_document", "is_sensitive"]
@@ -65,7 +66,11 @@ class CommandPublisher:
                                if any(x in subscribers.takers(m) for m in _METHODS))
 
     def started(self, command: Mapping[str, Any], db: str, request_id: int, address: Address,
-                service_id: ObjectId | None, server_connection_id: int | None) -> None:
+                service_id: ObjectId | None, server_connection_id: int | None,
+                log: commandlog.Where | None = None) -> None:
+        """``log``: the command's log message fields, when command messages are logged."""
+        if log is not None:
+            commandlog.started(log, {**command, "$db": db}, is_sensitive(log.name, command))
         if self._subscribers.takers("started"):
             # The command as it goes out, with the $db the wire layer adds (PyMongo's
             # events carry it too).
@@ -75,7 +80,11 @@ class CommandPublisher:
 
     def succeeded(self, seconds: float, reply: Mapping[str, Any], name: str, db: str,
                   request_id: int, address: Address, service_id: ObjectId | None,
-                  server_connection_id: int | None) -> None:
+                  server_connection_id: int | None, log: commandlog.Where | None = None
+                  ) -> None:
+        """``reply`` is redacted already for a sensitive command."""
+        if log is not None:
+            commandlog.succeeded(log, seconds, reply, False)
         if self._subscribers.takers("succeeded"):
             self._subscribers.notify("succeeded", _m.CommandSucceededEvent(
                 datetime.timedelta(seconds=seconds), dict(reply), name, request_id, address,
@@ -84,11 +93,20 @@ class CommandPublisher:
 
     def failed(self, seconds: float, error: BaseException, command: Mapping[str, Any],
                db: str, request_id: int, address: Address, service_id: ObjectId | None,
-               server_connection_id: int | None) -> None:
-        if not self._subscribers.takers("failed"):
+               server_connection_id: int | None, log: commandlog.Where | None = None) -> None:
+        takers = self._subscribers.takers("failed")
+        if not takers and log is None:
             return
         name = next(iter(command))
-        failure = {} if is_sensitive(name, command) else failure_document(error)
+        failure = failure_document(error)
+        if is_sensitive(name, command) and isinstance(error, OperationFailure):
+            # The server's refusal of a sensitive command keeps only what says why
+            # (the spec's Security section); a network error is not the server's.
+            failure = {key: failure[key] for key in _KEPT_OF_SENSITIVE if key in failure}
+        if log is not None:
+            commandlog.failed(log, seconds, failure)
+        if not takers:
+            return
         self._subscribers.notify("failed", _m.CommandFailedEvent(
             datetime.timedelta(seconds=seconds), failure, name, request_id, address,
             request_id, service_id=service_id, database_name=db,
@@ -96,3 +114,5 @@ class CommandPublisher:
 
 
 _METHODS = ("started", "succeeded", "failed")
+#: What a redacted failure keeps.
+_KEPT_OF_SENSITIVE = ("code", "codeName", "errorLabels")

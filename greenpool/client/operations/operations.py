@@ -67,7 +67,7 @@ from greenpool._compiled import mypyc_attr
 from greenpool.address import Address
 from greenpool.client.config import readpref
 from greenpool.client.config.settings import DEFAULT_MAX_ADAPTIVE_RETRIES
-from greenpool.client.operations import retries
+from greenpool.client.operations import commandlog, retries
 from greenpool.client.operations.commands import CommandPublisher, is_sensitive
 from greenpool.client.operations.timeouts import Deadline, check_seconds, resolve, running
 from greenpool.client.topology.sdam import Phase
@@ -421,8 +421,9 @@ class Operations:
         if api is not None:
             command.update(api)
         events = self._commands
-        if not events.listeners:
-            # The hot path: no command events, so no request ID or clock of our own.
+        if not events.listeners and not commandlog.enabled():
+            # The hot path: no command events or messages, so no request ID or clock
+            # of our own.
             try:
                 reply = link.command(dbname, command, timeout=round_trip)
             except PyMongoError as error:
@@ -471,7 +472,9 @@ class Operations:
         events = self._commands
         service_id, server_id = conn.service_id, link.server_connection_id
         address = conn.address
-        events.started(command, dbname, request_id, address, service_id, server_id)
+        log = commandlog.Where(self.topology.topology_id, name, dbname, request_id, conn.id,
+                               server_id, address, service_id) if commandlog.enabled() else None
+        events.started(command, dbname, request_id, address, service_id, server_id, log)
         started = time.perf_counter()
         try:
             reply = link.command(dbname, command, request_id=request_id, timeout=round_trip)
@@ -482,10 +485,10 @@ class Operations:
                 # The command succeeded (ok: 1) with a writeConcernError, which is
                 # raised after its reply is published, as PyMongo's events have it.
                 events.succeeded(seconds, answered, name, dbname, request_id, address,
-                                 service_id, server_id)
+                                 service_id, server_id, log)
             else:
                 events.failed(seconds, error, command, dbname, request_id, address,
-                              service_id, server_id)
+                              service_id, server_id, log)
             self._failed(error, conn, session, command)
             raise
         except BaseException as error:
@@ -493,7 +496,7 @@ class Operations:
             _killed_in(session, error)
             if isinstance(error, Exception):
                 events.failed(time.perf_counter() - started, error, command, dbname,
-                              request_id, address, service_id, server_id)
+                              request_id, address, service_id, server_id, log)
             raise
         if "$clusterTime" in reply:
             self._gossip(reply, session)
@@ -501,7 +504,7 @@ class Operations:
         # speculativeAuthenticate when the server skipped it).
         events.succeeded(time.perf_counter() - started,
                          {} if is_sensitive(name, command) else reply, name, dbname, request_id,
-                         address, service_id, server_id)
+                         address, service_id, server_id, log)
         if session is not None:
             session.received(reply)
         return reply
