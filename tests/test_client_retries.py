@@ -74,8 +74,11 @@ def test_a_read_is_retried_once_on_a_new_connection(
         assert replset.command("db", {"count": "reads"})["n"] == 1
     finds = started(events, "find")
     assert len(finds) == 2 and len(started(events, "count")) == 2
-    # The dirty implicit session of the failed attempt is not the retry's.
-    assert finds[0]["lsid"] != finds[1]["lsid"]
+    # The retry runs in the failed attempt's implicit session, dirty as it is (the
+    # Sessions spec); then that session is dropped, and the next command's differs.
+    assert finds[0]["lsid"] == finds[1]["lsid"]
+    replset.command("db", {"ping": 1})
+    assert started(events, "ping")[-1]["lsid"] != finds[0]["lsid"]
 
 
 def test_retries_can_be_turned_off_per_client_and_per_call(

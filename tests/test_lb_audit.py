@@ -149,12 +149,12 @@ def test_the_link_takes_its_generation_before_authenticating(
     client = Client(lb.uri, event_listeners=[events])
     authenticate = Link.authenticate
 
-    def clear_while_authenticating(link: Link) -> None:
+    def clear_while_authenticating(link: Link, **options: Any) -> None:
         if not seen:  # the first connection only (close's endSessions opens another)
             conn = next(iter(client.pool._pending))
             seen.append((conn._counted, conn.generation))
             client.pool.clear(service_id=conn.service_id)
-        authenticate(link)
+        authenticate(link, **options)
 
     monkeypatch.setattr(Link, "authenticate", clear_while_authenticating)
     try:
