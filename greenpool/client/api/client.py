@@ -100,7 +100,7 @@ from pymongo.write_concern import WriteConcern
 from greenpool.address import Address, format_address
 from greenpool.client.api.changestream import ChangeStream
 from greenpool.client.api.cursor import Cursor
-from greenpool.client.api.database import CACHED_NAMES, Database, Defaults
+from greenpool.client.api.database import CACHED_NAMES, Database, Defaults, command_preference
 from greenpool.client.api.findcursor import CommandCursor
 from greenpool.client.config import readpref
 from greenpool.client.config.arguments import api_fields, read_arguments
@@ -506,7 +506,7 @@ class Client:
         # The deadline first: a refused timeout leaves the session untouched.
         deadline = ops.deadline(timeout, session)
         preference = (readpref.PRIMARY if read_preference is None and session is None
-                      else self._read_preference(read_preference, readpref.PRIMARY, session))
+                      else command_preference(read_preference, session))
         document = self._prepare(dbname, command, session)
         return ops.run_command(dbname, document, session, deadline, preference, retry)
 
@@ -550,7 +550,7 @@ class Client:
         document = self._prepare(dbname, command, None)
         default = (self._default_read_preference if _may_use_secondary(document)
                    else readpref.PRIMARY)
-        preference = self._read_preference(read_preference, default, session)
+        preference = command_preference(read_preference, session, default)
         return Cursor(self._operations, dbname, document, batch_size=batch_size,
                       session=session, timeout=timeout, timeout_mode=timeout_mode,
                       read_preference=preference, retry=retry,
@@ -871,22 +871,6 @@ class Client:
             self._check_session(session)
             session.decorate(document)
         return document
-
-    def _read_preference(self, given: ReadPreferenceLike | None, default: _ServerMode,
-                         session: Session | None) -> _ServerMode:
-        if given is None and session is not None and session.in_transaction:
-            # In a transaction a command runs with the transaction's read preference
-            # (the Transactions spec), which must be primary.
-            return session.transaction_read_preference()
-        preference = default if given is None else readpref.coerce(given)
-        if (session is not None and session.in_transaction
-                and preference.mode != readpref.PRIMARY.mode):
-            # The Transactions spec: every operation of a transaction runs
-            # on the primary.
-            raise InvalidOperation(
-                f"read preference in a transaction must be primary, not "
-                f"{preference.document!r}")
-        return preference
 
     def _check_session(self, session: Session | None) -> None:
         if session is not None and session.operations is not self._operations:

@@ -300,7 +300,7 @@ class Database:
             document["comment"] = comment
         document.codec_options = check_codec_options(codec_options,
                                                      default=DEFAULT_CODEC_OPTIONS)
-        preference = _command_preference(read_preference, session)
+        preference = command_preference(read_preference, session)
         try:
             return self._run(document, session, preference)
         except OperationFailure as error:
@@ -334,7 +334,7 @@ class Database:
                                                      default=DEFAULT_CODEC_OPTIONS)
         if session is not None:
             _check_session(session, self._ops)
-        preference = _command_preference(read_preference, session)
+        preference = command_preference(read_preference, session)
         return CommandCursor(Cursor(
             self._ops, self._name, document, batch_size=None, session=session,
             read_preference=preference, retry=False, comment=comment,
@@ -418,8 +418,9 @@ class Database:
             f"method on a 'Client' object it is failing because no such method exists.")
 
 
-def _command_preference(given: Any, session: Session | None) -> _ServerMode:
-    """A generic command's read preference: the one given, else primary; in a
+def command_preference(given: Any, session: Session | None,
+                       default: _ServerMode = readpref.PRIMARY) -> _ServerMode:
+    """A command's read preference: the one given, else ``default``; in a
     transaction, the transaction's unless one is given, and either way primary
     (the Transactions spec), else InvalidOperation."""
     if session is not None and session.in_transaction:
@@ -430,7 +431,7 @@ def _command_preference(given: Any, session: Session | None) -> _ServerMode:
             raise InvalidOperation(f"read preference in a transaction must be primary, not "
                                    f"{preference.document!r}")
         return preference
-    return readpref.PRIMARY if given is None else readpref.coerce(given)
+    return default if given is None else readpref.coerce(given)
 
 
 def _check_session(session: Session, ops: Operations) -> None:
