@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode
@@ -36,6 +36,7 @@ from pymongo import monitoring as _m
 from pymongo.errors import PyMongoError
 
 import greenpool
+from tests.unified.logs import LEVELS, capturing
 from tests.unified_match import (
     check_error,
     event_name,
@@ -45,8 +46,6 @@ from tests.unified_match import (
 )
 
 COMPONENTS = {"connection": "greenpool.connection", "topology": "greenpool.topology"}
-LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "notice": logging.INFO,
-          "warn": logging.WARNING, "error": logging.ERROR}
 #: The client entities the files set fail points with (CMAP's ``failPointClient``,
 #: SDAM's ``setupClient``): the runner's own PyMongo client stands for them.
 FAIL_POINT_CLIENTS = frozenset({"failPointClient", "setupClient"})
@@ -97,19 +96,8 @@ class LogCapture(logging.Handler):
             if record.name == name:
                 self.records.append((component, record))
 
-    @contextlib.contextmanager
-    def installed(self) -> Iterator[LogCapture]:
-        loggers = [logging.getLogger(name) for name in COMPONENTS.values()]
-        levels = [logger.level for logger in loggers]
-        for logger in loggers:
-            logger.addHandler(self)
-            logger.setLevel(logging.DEBUG)
-        try:
-            yield self
-        finally:
-            for logger, level in zip(loggers, levels, strict=True):
-                logger.removeHandler(self)
-                logger.setLevel(level)
+    def installed(self) -> contextlib.AbstractContextManager[LogCapture]:
+        return capturing(self, COMPONENTS.values())
 
 
 @dataclass

@@ -14,12 +14,14 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, TypeVar
 
 from pymongo import MongoClient
 
 from tests.unified_match import match
+
+H = TypeVar("H", bound=logging.Handler)
 
 #: Each component's loggers: greenpool's and PyMongo's.
 LOGGERS = {"command": ("greenpool.command", "pymongo.command")}
@@ -40,19 +42,25 @@ class Capture(logging.Handler):
             if record.name in names:
                 self.records.append((component, record.levelno, _fields(record)))
 
-    @contextlib.contextmanager
-    def installed(self) -> Iterator[Capture]:
-        loggers = [logging.getLogger(name) for names in LOGGERS.values() for name in names]
-        levels = [logger.level for logger in loggers]
-        for logger in loggers:
-            logger.addHandler(self)
-            logger.setLevel(logging.DEBUG)
-        try:
-            yield self
-        finally:
-            for logger, level in zip(loggers, levels, strict=True):
-                logger.removeHandler(self)
-                logger.setLevel(level)
+    def installed(self) -> contextlib.AbstractContextManager[Capture]:
+        return capturing(self, [name for names in LOGGERS.values() for name in names])
+
+
+@contextlib.contextmanager
+def capturing(handler: H, names: Iterable[str]) -> Iterator[H]:
+    """``handler`` on the loggers ``names``, at DEBUG, for the block; then each logger as
+    it was."""
+    loggers = [logging.getLogger(name) for name in names]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.addHandler(handler)
+        logger.setLevel(logging.DEBUG)
+    try:
+        yield handler
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.removeHandler(handler)
+            logger.setLevel(level)
 
 
 def _fields(record: logging.LogRecord) -> dict[str, Any]:
