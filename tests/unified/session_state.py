@@ -7,14 +7,10 @@ and its pins.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from pymongo.client_session import ClientSession
-
-try:  # where PyMongo keeps its transaction states moved in 4.10
-    from pymongo.client_session_shared import _TxnState
-except ImportError:  # pragma: no cover - older PyMongo
-    from pymongo.client_session import _TxnState  # type: ignore[attr-defined,no-redef]
 
 # The format's names for the transaction states each library has.
 _STATES = {"NONE": "none", "STARTING": "starting", "IN_PROGRESS": "in_progress",
@@ -23,8 +19,10 @@ _STATES = {"NONE": "none", "STARTING": "starting", "IN_PROGRESS": "in_progress",
 
 def transaction_state(session: Any) -> str:
     if isinstance(session, ClientSession):
-        # PyMongo's states are _TxnState's integers.
-        names = {value: name for name, value in vars(_TxnState).items() if name.isupper()}
+        # PyMongo's states are _TxnState's integers. _TxnState lives beside the session's
+        # _Transaction class, in whichever module a release puts them both.
+        states = sys.modules[type(session._transaction).__module__]._TxnState
+        names = {value: name for name, value in vars(states).items() if name.isupper()}
         return _STATES[names[session._transaction.state]]
     return _STATES[session.state.name]
 
