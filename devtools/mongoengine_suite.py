@@ -1,20 +1,23 @@
 #!/usr/bin/env python3
 """MongoEngine's shipped tests, on stock PyMongo's MongoClient and on greenpool.Client.
 
-    python3 devtools/dev.py mongoengine-suite [--replset] [pytest arguments]
+    python3 devtools/dev.py mongoengine-suite [--replset | --emulator] [pytest arguments]
 
 1. Fetches the ``tests/`` folder of MongoEngine (the release in ``.venv``) from its
    sdist on PyPI (``pip download --no-binary :all:``) into
    ``~/.cache/greenpool/mongoengine-suite/VERSION/`` (shared by the user's clones,
    never part of this repository).
 2. Starts SecantusDB on a free port of 127.0.0.1: a standalone, or with ``--replset``
-   a one-node replica set. It stops exactly what it started.
+   a one-node replica set; or with ``--emulator`` greenpool's replica set emulator
+   (``greenpool.testing.ReplicaSet``: three member processes, ``rs0``, in front of one
+   SecantusDB). It stops exactly what it started.
 3. Runs the tests twice, each in its own pytest process under gevent's ``patch_all()``
    (devtools/mongoengine_route.py): route ``stock``, MongoEngine's default
    ``pymongo.MongoClient``; route ``greenpool``, ``greenpool.Client`` in its place, as
    ``connect(..., mongo_client_class=greenpool.Client)`` puts it. On both, the clients
-   MongoEngine makes for its default ``localhost:27017`` go to the started server, and
-   nothing may connect beyond 127.0.0.1.
+   MongoEngine makes for its default ``localhost:27017`` go to the started server (on
+   the emulator, to its primary, from which both clients discover the other two
+   members), and nothing may connect beyond 127.0.0.1.
 4. Prints each route's counts and every test whose outcome differs, and writes them as
    JSON to ``.cache/mongoengine-suite/outcomes-MODE.json``.
 
@@ -119,18 +122,28 @@ def outcomes(report: Path) -> dict[str, str]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--replset", action="store_true",
-                        help="a one-node replica set instead of a standalone")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--replset", action="store_true",
+                       help="SecantusDB's one-node replica set instead of a standalone")
+    where.add_argument("--emulator", action="store_true",
+                       help="greenpool's replica set emulator, three members, instead")
     options, pytest_args = parser.parse_known_args()
-    from greenpool.testing import EmbeddedServer
+    from greenpool.testing import EmbeddedServer, ReplicaSet
 
     release = installed("mongoengine")
     tests = fetch_tests(release)
-    mode = "replset" if options.replset else "standalone"
+    mode = "emulator" if options.emulator else "replset" if options.replset else "standalone"
     RUNS.mkdir(parents=True, exist_ok=True)
     results: dict[str, dict[str, str]] = {}
-    with EmbeddedServer(replica_set=options.replset) as server:
-        port = server.port
+    started = ReplicaSet(3) if options.emulator else EmbeddedServer(
+        replica_set=options.replset)
+    with started as server:
+        if isinstance(server, ReplicaSet):
+            primary = server.primary
+            assert primary is not None, "the emulator started without a primary"
+            port = int(primary.rpartition(":")[2])
+        else:
+            port = server.port
         for route in ROUTES:
             results[route] = run_route(route, tests, port, pytest_args,
                                        RUNS / f"junit-{mode}-{route}.xml")
