@@ -28,6 +28,7 @@ import gevent
 import gevent.event
 import pytest
 
+import greenpool.client.config.uri
 import greenpool.client.topology.srvpoll
 from greenpool.address import Address
 from greenpool.client.config.uri import parse_uri
@@ -208,9 +209,54 @@ def test_a_record_outside_the_domain_is_left_out_and_logged(
     assert topology.wait() == at(27017)
     answered(server, 2)
     refused = [record.levelno for record in caplog.records
-               if f"points to {HOST}.evil.cc:27019, which is not in its domain"
+               if f"points to {HOST}.evil.cc, which is not in" in record.getMessage()
+               and f"({HOST}.evil.cc:27019) is left out"
                in record.getMessage()]
     assert refused[0] == logging.WARNING and set(refused[1:]) == {logging.DEBUG}
+
+
+def test_srv_allowed_hosts_suffix_rules_the_rescans(
+    server: SlowDNSServer, polling: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The suffix lets in a host outside test1's domain (build.10gen.cc, not
+    # test.build.10gen.cc), and leaves out one outside the suffix.
+    caplog.set_level(logging.DEBUG, logger="greenpool")
+    topology, _ = polling(
+        f"mongodb+srv://test1.{DOMAIN}/?tls=false&srvAllowedHostsSuffix=build.10gen.cc")
+    outside = "localhost.build.10gen.cc"
+    zone = srv(server.zone, TEST1, 27017, target=outside)
+    zone[(dns.name.from_text(TEST1), dns.rdatatype.SRV)].append("0 0 27019 db.evil.cc.")
+    server.zone = zone
+    assert topology.wait() == [(outside, 27017)]
+    assert any("does not end in srvAllowedHostsSuffix's .build.10gen.cc" in record.getMessage()
+               and "(db.evil.cc:27019) is left out" in record.getMessage()
+               for record in caplog.records)
+
+
+def test_srv_host_validator_rules_the_rescans(server: SlowDNSServer) -> None:
+    asked: list[str] = []
+
+    def validator(host: str) -> bool:
+        asked.append(host)
+        if host == "db.broken.cc":
+            raise RuntimeError("no answer")  # a validator that fails leaves its host out
+        return host != "db.evil.cc"
+
+    settings = greenpool.client.config.uri.client_settings(
+        f"mongodb+srv://test1.{DOMAIN}/?tls=false", {}, srv_host_validator=validator)
+    topology = Topology(list(settings.hosts))
+    poller = SrvPoller.for_settings(settings, current_hosts=lambda: topology.hosts,
+                                    on_hosts=topology.on_hosts, min_interval=INTERVAL)
+    zone = srv(server.zone, TEST1, 27017, target="db.anywhere.org")
+    key = (dns.name.from_text(TEST1), dns.rdatatype.SRV)
+    zone[key] += ["0 0 27019 db.evil.cc.", "0 0 27020 db.broken.cc."]
+    server.zone = zone
+    poller.start()
+    try:
+        assert topology.wait() == [("db.anywhere.org", 27017)]
+    finally:
+        poller.stop()
+    assert {"db.anywhere.org", "db.evil.cc", "db.broken.cc"} <= set(asked)
 
 
 def test_10_srv_max_hosts_zero_takes_every_record(server: SlowDNSServer, polling: Any) -> None:

@@ -31,6 +31,7 @@ from greenpool.client.config.uri import (
     Credentials,
     InvalidURIError,
     Secret,
+    client_settings,
     parse_uri,
 )
 from tests.uri_dns import StubResolver, install_stub, seedlist_zone
@@ -590,6 +591,9 @@ BAD_VALUES: dict[str, tuple[str, str, str] | None] = {
     "replicaSet": ("", "''", "expected a replica set name, not nothing"),
     "srvMaxHosts": ("-1", "'-1'", "expected a whole number >= 0"),
     "srvServiceName": ("", "''", "expected a service name, not nothing"),
+    "srvAllowedHostsSuffix": ("co.uk", "'co.uk'", "'co.uk' is a public suffix (anyone may "
+                              "register a name under it), so it would let a forged SRV record "
+                              "name any host"),
     "serverMonitoringMode": ("push", "'push'", "expected one of auto, stream, poll"),
     "appName": ("é" * 65, repr("é" * 65), "expected at most 128 bytes of UTF-8, not 130"),
     "compressors": ("brotli", "'brotli'",
@@ -799,7 +803,128 @@ def test_an_srv_target_outside_the_hosts_domain_is_refused(
         parse_uri(f"mongodb+srv://{host}")
     assert str(failure.value) == (
         f"the SRV record of {host} points to {target}, which is not in {host}'s domain "
-        f"({domain}); a mongodb+srv:// host's servers must be")
+        f"({domain}); a mongodb+srv:// host's servers must be (srvAllowedHostsSuffix or "
+        "srv_host_validator allow others)")
+
+
+@pytest.mark.parametrize(("suffix", "target"), [
+    ("example.net", "db1.example.net"),
+    (".Example.NET.", "db1.example.net"),  # outer dots and case do not count
+    ("test", "db1.cluster.test"),  # a special-use label on its own
+    ("internal", "db1.internal"),
+    ("bücher.example", "db1.xn--bcher-kva.example"),  # compared in IDNA
+])
+def test_srv_allowed_hosts_suffix_lets_in_a_target_outside_the_hosts_domain(
+    monkeypatch: pytest.MonkeyPatch, suffix: str, target: str
+) -> None:
+    install_stub(monkeypatch, srv_zone("cluster0.mongodb.com", target))
+    settings = parse_quietly(
+        f"mongodb+srv://cluster0.mongodb.com/?srvAllowedHostsSuffix={quote(suffix)}")
+    assert settings.hosts == ((target, 27017),)
+
+
+def test_srv_allowed_hosts_suffix_replaces_the_domain_rule(
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The SRV host's own domain is not let in either: the suffix is the only rule.
+    install_stub(monkeypatch, srv_zone("cluster0.mongodb.com", "db1.mongodb.com"))
+    with pytest.raises(ConfigurationError) as failure:
+        parse_uri("mongodb+srv://cluster0.mongodb.com/?srvAllowedHostsSuffix=example.net")
+    assert str(failure.value) == (
+        "the SRV record of cluster0.mongodb.com points to db1.mongodb.com, which does not "
+        "end in srvAllowedHostsSuffix's .example.net")
+
+
+def test_srv_allowed_hosts_suffix_matches_whole_labels(monkeypatch: pytest.MonkeyPatch) -> None:
+    install_stub(monkeypatch, srv_zone("cluster0.mongodb.com", "db1.evilexample.net"))
+    with pytest.raises(ConfigurationError, match="does not end in srvAllowedHostsSuffix's"):
+        parse_uri("mongodb+srv://cluster0.mongodb.com/?srvAllowedHostsSuffix=example.net")
+
+
+@pytest.mark.parametrize(("suffix", "reason"), [
+    ("com", "'com' has one label; a suffix needs two or more"),
+    ("co.uk", "'co.uk' is a public suffix"),
+    ("github.io", "'github.io' is a public suffix"),
+    ("..", "expected a domain such as example.net, not nothing"),
+])
+def test_a_srv_allowed_hosts_suffix_that_lets_in_anyone_is_refused(
+    monkeypatch: pytest.MonkeyPatch, suffix: str, reason: str
+) -> None:
+    install_stub(monkeypatch, srv_zone("cluster0.mongodb.com", "db1.mongodb.com"))
+    uri = f"mongodb+srv://cluster0.mongodb.com/?srvAllowedHostsSuffix={suffix}"
+    # In the connection string: ignored with a warning, and the domain rule stays.
+    assert warnings_of(uri) == [
+        f"connection string option srvAllowedHostsSuffix={suffix!r} is ignored: {reason}"
+        + ("" if suffix == ".." else tail_of(reason))]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert parse_uri(uri).srv_host_rule.suffix is None  # type: ignore[union-attr]
+    # As a keyword argument (code, not configuration): raised.
+    with pytest.raises(ConfigurationError) as failure:
+        client_settings("mongodb+srv://cluster0.mongodb.com", {"srvAllowedHostsSuffix": suffix})
+    assert str(failure.value).startswith(
+        f"keyword argument srvAllowedHostsSuffix={suffix!r}: {reason}")
+
+
+def tail_of(reason: str) -> str:
+    """The rest of checked_suffix's message after ``reason``."""
+    if "public suffix" in reason:
+        return " (anyone may register a name under it), so it would let a forged SRV record "\
+            "name any host"
+    return " (such as example.net), or a special-use name such as test or internal"
+
+
+def test_srv_allowed_hosts_suffix_is_only_for_srv() -> None:
+    with pytest.raises(ConfigurationError, match=re.escape(
+            "srvAllowedHostsSuffix=example.net is only for mongodb+srv:// connection strings")):
+        parse_uri("mongodb://h/?srvAllowedHostsSuffix=example.net")
+    with pytest.raises(ConfigurationError, match=re.escape(
+            "srv_host_validator is only for mongodb+srv:// connection strings")):
+        client_settings("mongodb://h", {}, srv_host_validator=lambda host: True)
+
+
+def test_srv_host_validator_decides_each_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    zone = srv_zone("cluster0.mongodb.com", "db1.elsewhere.org")
+    install_stub(monkeypatch, zone)
+    asked: list[str] = []
+
+    def validator(host: str) -> bool:
+        asked.append(host)
+        return host.endswith(".elsewhere.org")
+
+    settings = client_settings("mongodb+srv://cluster0.mongodb.com", {},
+                               srv_host_validator=validator)
+    assert settings.hosts == (("db1.elsewhere.org", 27017),)
+    assert asked == ["db1.elsewhere.org"]
+    assert settings.srv_host_rule is not None and settings.srv_host_rule.validator is validator
+
+
+@pytest.mark.parametrize(("validator", "message"), [
+    (lambda host: False, "srv_host_validator refused the SRV host db1.mongodb.com "
+                         "(of cluster0.mongodb.com)"),
+    (lambda host: "yes", "srv_host_validator must return a bool for the SRV host "
+                         "db1.mongodb.com, not str: 'yes'"),
+    (lambda host: 1 / 0, "srv_host_validator raised ZeroDivisionError for the SRV host "
+                         "db1.mongodb.com: division by zero"),
+])
+def test_srv_host_validator_refusals_say_why(
+    monkeypatch: pytest.MonkeyPatch, validator: Any, message: str
+) -> None:
+    # A host in the SRV host's own domain too: the validator replaces the domain rule.
+    install_stub(monkeypatch, srv_zone("cluster0.mongodb.com", "db1.mongodb.com"))
+    with pytest.raises(ConfigurationError) as failure:
+        client_settings("mongodb+srv://cluster0.mongodb.com", {}, srv_host_validator=validator)
+    assert str(failure.value) == message
+
+
+def test_srv_host_validator_and_a_suffix_cannot_both_be_given(
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    install_stub(monkeypatch, srv_zone("cluster0.mongodb.com", "db1.mongodb.com"))
+    with pytest.raises(ConfigurationError, match="srvAllowedHostsSuffix and "
+                       "srv_host_validator cannot both be given"):
+        client_settings("mongodb+srv://cluster0.mongodb.com/?srvAllowedHostsSuffix=mongodb.com",
+                        {}, srv_host_validator=lambda host: True)
 
 
 def test_an_srv_host_of_three_parts_may_point_to_itself(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -863,3 +988,16 @@ def test_the_client_takes_codec_and_uri_keywords() -> None:
         assert client.codec_options.uuid_representation == 4
     with pytest.raises(TypeError, match=r"'conect'.*did you mean connect"):
         greenpool.Client("mongodb://127.0.0.1:1/", conect=False)
+
+
+def test_the_client_takes_srv_host_validator_as_mongo_client_does(
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    install_stub(monkeypatch, srv_zone("cluster0.mongodb.com", "db1.elsewhere.org"))
+    with greenpool.Client("mongodb+srv://cluster0.mongodb.com", connect=False,
+                          srv_host_validator=lambda host: host == "db1.elsewhere.org") as client:
+        assert client.settings.hosts == (("db1.elsewhere.org", 27017),)
+    with pytest.raises(greenpool.OptionTypeError, match=re.escape(
+            "srv_host_validator must be callable, not 'elsewhere.org'")):
+        greenpool.Client("mongodb+srv://cluster0.mongodb.com", connect=False,
+                         srv_host_validator="elsewhere.org")

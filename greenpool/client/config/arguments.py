@@ -48,7 +48,7 @@ __all__ = ["OBJECTS", "REFUSED", "ClientArguments", "api_fields", "read_argument
 #: PyMongo's keyword-only options that take an object (no connection string
 #: option has them), by lower-case name.
 OBJECTS: Final = ("event_listeners", "read_preference", "server_api", "driver",
-                  "server_selector", "username", "password", "tracing")
+                  "server_selector", "srv_host_validator", "username", "password", "tracing")
 
 #: PyMongo's snake_case spellings of connection string options.
 _SPELLINGS: Final = {
@@ -64,12 +64,6 @@ REFUSED: Final = {
     "authoidcallowedhosts": (
         "greenpool.Client authenticates with SCRAM only, not MONGODB-OIDC; "
         "greenpool.pymongo.MongoClient has OIDC"),
-    "srvallowedhostssuffix": (
-        "greenpool.Client accepts SRV hosts in the seed's parent domain only; "
-        "greenpool.pymongo.MongoClient has srvAllowedHostsSuffix"),
-    "srv_host_validator": (
-        "greenpool.Client accepts SRV hosts in the seed's parent domain only; "
-        "greenpool.pymongo.MongoClient has srv_host_validator"),
 }
 
 _LISTENER_TYPES: Final = (
@@ -134,7 +128,8 @@ def read_arguments(host: object, port: object, keywords: Mapping[str, Any]) -> C
     objects["tracing"] = read_tracing(objects.pop("tracing", None), os.environ)
     settings = client_settings(uri, options, hosts=hosts, port=port,
                                username=objects.pop("username", None),
-                               password=objects.pop("password", None))
+                               password=objects.pop("password", None),
+                               srv_host_validator=objects.pop("srv_host_validator", None))
     return ClientArguments(settings, codec, **objects)
 
 
@@ -179,9 +174,9 @@ def _checked_object(key: str, value: Any) -> Any:
     }
     if value is None:
         return None
-    if key == "server_selector":
+    if key in ("server_selector", "srv_host_validator"):
         if not callable(value):
-            raise OptionTypeError(f"server_selector must be callable, not {value!r}")
+            raise OptionTypeError(f"{key} must be callable, not {value!r}")
         return value
     kind, text = wanted[key]
     if not isinstance(value, kind):

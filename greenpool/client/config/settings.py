@@ -24,6 +24,7 @@ from pymongo.read_preferences import _ServerMode
 
 from greenpool.address import Address
 from greenpool.client.config import readpref
+from greenpool.client.config.srvhosts import SrvHostRule
 from greenpool.client.config.tlscontext import tls_context
 from greenpool.pool.options import PoolOptions
 
@@ -146,6 +147,8 @@ class ClientSettings:
     replica_set: str | None = None
     #: The host of a mongodb+srv:// URI, whose SRV records gave ``hosts``.
     srv_host: str | None = None
+    #: Which hosts the SRV records of ``srv_host`` may name (None: no SRV host).
+    srv_host_rule: SrvHostRule | None = None
     srv_max_hosts: int = 0
     srv_service_name: str = "mongodb"
     retry_reads: bool = True

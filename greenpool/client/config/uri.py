@@ -71,6 +71,13 @@ from greenpool.client.config.settings import (
     Credentials,
     Secret,
 )
+from greenpool.client.config.srvhosts import (
+    SrvHostRefused,
+    SrvHostRule,
+    checked_suffix,
+    in_srv_domain,
+    srv_domain,
+)
 from greenpool.errors import ConfigurationError, OptionTypeError
 from greenpool.pool.options import PoolOptions
 
@@ -125,16 +132,19 @@ string names 2: a:27017,b:27017
 
 def client_settings(uri: str | None, keywords: Mapping[str, Any], *,
                     hosts: Sequence[str] = (), port: int = DEFAULT_PORT,
-                    username: str | None = None, password: str | None = None) -> ClientSettings:
+                    username: str | None = None, password: str | None = None,
+                    srv_host_validator: Callable[[str], bool] | None = None,
+                    ) -> ClientSettings:
     """The settings of a Client given as PyMongo's MongoClient takes them:
     ``uri`` (None: the client was given none), ``hosts`` given beside it
     (``"a"``, ``"a:27018,b"``, ``"[::1]:27019"``), ``port`` for every host
     written without one (the URI's too, as PyMongo's), ``username`` and
     ``password`` (None: not given) winning over the URI's user information,
-    and the connection string options of ``keywords`` as :func:`parse_uri`
-    takes them."""
+    the connection string options of ``keywords`` as :func:`parse_uri`
+    takes them, and ``srv_host_validator`` (a mongodb+srv:// host's rule,
+    :class:`~greenpool.client.config.srvhosts.SrvHostRule`)."""
     return _read(_Reader(uri, keywords, hosts=hosts, port=port, username=username,
-                         password=password))
+                         password=password, srv_host_validator=srv_host_validator))
 
 
 def _read(reader: _Reader) -> ClientSettings:
@@ -359,6 +369,14 @@ def _text(text: str) -> str:
     return text
 
 
+def _host_suffix(text: str) -> str:
+    """srvAllowedHostsSuffix: a domain that is not a public suffix."""
+    try:
+        return checked_suffix(text)
+    except ValueError as error:
+        raise _Rejected(str(error)) from None
+
+
 def _nonempty(what: str) -> Callable[[str], str]:
     def convert(text: str) -> str:
         if not text:
@@ -492,6 +510,7 @@ _OPTIONS: Final = _table(
     _Option("replicaSet", _nonempty("a replica set name")),
     _Option("srvMaxHosts", _integer(0)),
     _Option("srvServiceName", _nonempty("a service name")),
+    _Option("srvAllowedHostsSuffix", _host_suffix),
     _Option("serverMonitoringMode", _choice("auto", "stream", "poll")),
     # The client
     _Option("appName", _app_name),
@@ -545,8 +564,10 @@ class _Reader:
 
     def __init__(self, uri: str | None, keywords: Mapping[str, Any], *,
                  hosts: Sequence[str] = (), port: int = DEFAULT_PORT,
-                 username: str | None = None, password: str | None = None) -> None:
+                 username: str | None = None, password: str | None = None,
+                 srv_host_validator: Callable[[str], bool] | None = None) -> None:
         self.uri = uri
+        self.srv_host_validator = srv_host_validator
         self.keywords = keywords
         self.hosts = hosts
         self.port = port
@@ -580,12 +601,22 @@ class _Reader:
         database = _database(parts.database)
         self._read_options(parts.query, source=None)
         self._read_keywords()
-        srv_host = None
+        rule = None
         if parts.srv:
-            srv_host = str(hosts[0][0])
-            hosts = self._seedlist(srv_host)
+            rule = self._srv_host_rule(str(hosts[0][0]))
+            hosts = self._seedlist(rule)
+        elif self.srv_host_validator is not None:
+            raise ConfigurationError("srv_host_validator is only for mongodb+srv:// "
+                                     "connection strings")
         _check_combinations(self.options, hosts, srv=parts.srv)
-        return _settings(self.options, hosts, database, username, password, srv_host)
+        return _settings(self.options, hosts, database, username, password, rule)
+
+    def _srv_host_rule(self, host: str) -> SrvHostRule:
+        try:
+            return SrvHostRule(host, suffix=self._value("srvallowedhostssuffix", None),
+                               validator=self.srv_host_validator)
+        except ValueError as error:
+            raise ConfigurationError(str(error)) from None
 
     def _with_given_hosts(self, hosts: tuple[Address, ...], *, srv: bool) -> tuple[Address, ...]:
         """The connection string's hosts and those the Client was given beside
@@ -712,7 +743,7 @@ class _Reader:
             self.warn(f"connection string option {name}={_shown(name, value)} is not an "
                       f"option greenpool knows, and is ignored{hint}")
 
-    def _seedlist(self, host: str) -> tuple[Address, ...]:
+    def _seedlist(self, rule: SrvHostRule) -> tuple[Address, ...]:
         """The hosts of a mongodb+srv:// connection string, from DNS; a TXT
         record's options join the URI's (which win). connectTimeoutMS bounds
         both lookups together."""
@@ -720,11 +751,15 @@ class _Reader:
         connect_ms = self._value("connecttimeoutms", DEFAULT_CONNECT_TIMEOUT * 1000)
         timeout = connect_ms / 1000 if connect_ms else None
         deadline = None if timeout is None else time.monotonic() + timeout
+        host = rule.host
         name = f"_{service}._tcp.{host}"
         records = dns.srv_records(name, timeout=timeout, deadline=deadline)
         targets = tuple((target.lower(), port) for target, port in records)
         for target, _ in targets:
-            _check_srv_target(host, target)
+            try:
+                rule.check(target)
+            except SrvHostRefused as refused:
+                raise ConfigurationError(str(refused)) from None
         texts = dns.txt_records(host, timeout=timeout, deadline=deadline)
         if len(texts) > 1:
             raise ConfigurationError(
@@ -812,31 +847,6 @@ def _shown(name: str, value: str) -> str:
     return repr(value)
 
 
-def srv_domain(host: str) -> str:
-    """The domain a mongodb+srv:// host's servers must lie in: the host
-    without its first label, or, for a host of one or two labels, the host
-    itself (Initial DNS Seedlist Discovery).
-
-    >>> srv_domain("cluster0.example.com"), srv_domain("mongo.local")
-    ('example.com', 'mongo.local')
-    """
-    labels = host.lower().split(".")
-    return ".".join(labels[1:]) if len(labels) >= 3 else host.lower()
-
-
-def in_srv_domain(host: str, target: str) -> bool:
-    """Whether an SRV record of ``host`` may point to ``target``: below
-    :func:`srv_domain` (the "." before the domain keeps the host itself out)."""
-    return target.lower().endswith("." + srv_domain(host))
-
-
-def _check_srv_target(host: str, target: str) -> None:
-    if not in_srv_domain(host, target):
-        raise ConfigurationError(
-            f"the SRV record of {host} points to {target}, which is not in {host}'s domain "
-            f"({srv_domain(host)}); a mongodb+srv:// host's servers must be")
-
-
 # --- 5. the rules across options ------------------------------------------------------
 
 
@@ -882,7 +892,7 @@ def _check_combinations(
         for key in ("replicaset", "directconnection"):
             if given(key) and (key == "replicaset" or value(key)):
                 fail(f"{written(key)} cannot be given with loadBalanced=true")
-    for key in ("srvservicename", "srvmaxhosts"):
+    for key in ("srvservicename", "srvmaxhosts", "srvallowedhostssuffix"):
         if given(key) and not srv:
             fail(f"{written(key)} is only for mongodb+srv:// connection strings")
     if value("srvmaxhosts", 0) > 0 and given("replicaset"):
@@ -935,14 +945,15 @@ _POOL_OPTIONS: Final = ("maxpoolsize", "minpoolsize", "maxconnecting", "maxidlet
 
 def _settings(
     options: Mapping[str, tuple[str, str, Any]], hosts: tuple[Address, ...],
-    database: str | None, username: str | None, password: str | None, srv_host: str | None,
+    database: str | None, username: str | None, password: str | None,
+    srv_rule: SrvHostRule | None,
 ) -> ClientSettings:
     values = {key: converted for key, (_, _, converted) in options.items()}
     take = values.pop
     insecure = take("tlsinsecure", False)
     tls = take("tls", take("ssl", None))
     if tls is None:
-        tls = srv_host is not None or any(values.get(key) for key in _TLS_IMPLYING)
+        tls = srv_rule is not None or any(values.get(key) for key in _TLS_IMPLYING)
     return ClientSettings(
         hosts=hosts,
         pool=PoolOptions({_OPTIONS[key].name: take(key) for key in _POOL_OPTIONS if key in values}),
@@ -968,7 +979,8 @@ def _settings(
         local_threshold=take("localthresholdms", 15) / 1000,
         direct_connection=take("directconnection", False),
         replica_set=take("replicaset", None),
-        srv_host=srv_host,
+        srv_host=None if srv_rule is None else srv_rule.host,
+        srv_host_rule=srv_rule,
         srv_max_hosts=take("srvmaxhosts", 0),
         srv_service_name=take("srvservicename", "mongodb"),
         retry_reads=take("retryreads", True),

@@ -34,7 +34,7 @@ import gevent
 from greenpool.address import Address, format_address
 from greenpool.client.config import dns
 from greenpool.client.config.settings import ClientSettings
-from greenpool.client.config.uri import in_srv_domain
+from greenpool.client.config.srvhosts import SrvHostRefused, SrvHostRule
 from greenpool.errors import ConfigurationError
 from greenpool.pool.waitqueue import Alarm, spawn_background
 
@@ -73,6 +73,7 @@ class SrvPoller:
     """
 
     def __init__(self, host: str, *, service_name: str = "mongodb", srv_max_hosts: int = 0,
+                 rule: SrvHostRule | None = None,
                  heartbeat_frequency: float,
                  current_hosts: Callable[[], Collection[Address]],
                  on_hosts: Callable[[list[Address]], None],
@@ -81,6 +82,7 @@ class SrvPoller:
                  rng: random.Random | None = None) -> None:
         self.host = host
         self.name = f"_{service_name}._tcp.{host}"
+        self._rule = rule if rule is not None else SrvHostRule(host)
         self._srv_max_hosts = srv_max_hosts
         self._heartbeat_frequency = heartbeat_frequency
         self._current_hosts = current_hosts
@@ -111,7 +113,7 @@ class SrvPoller:
             raise ValueError("SRV polling needs the settings of a mongodb+srv:// "
                              "connection string")
         return cls(settings.srv_host, service_name=settings.srv_service_name,
-                   srv_max_hosts=settings.srv_max_hosts,
+                   srv_max_hosts=settings.srv_max_hosts, rule=settings.srv_host_rule,
                    heartbeat_frequency=settings.heartbeat_frequency,
                    current_hosts=current_hosts, on_hosts=on_hosts,
                    timeout=settings.connect_timeout, min_interval=min_interval)
@@ -169,17 +171,20 @@ class SrvPoller:
         verified: list[Address] = []
         for target, port in records:
             address = (target.lower(), port)
-            if not in_srv_domain(self.host, target):
+            try:
+                self._rule.check(target)
+            except SrvHostRefused as refused:
                 # A warning the first time, a detail at each rescan after that.
                 level = logging.DEBUG if address in self._refused else logging.WARNING
                 self._refused.add(address)
-                _LOG.log(level, "greenpool: the SRV record of %s points to %s, which is not "
-                         "in its domain: that host is left out", self.host,
+                _LOG.log(level, "greenpool: %s; that host (%s) is left out", refused,
                          format_address(address))
-            elif address not in verified:
+                continue
+            if address not in verified:
                 verified.append(address)
         if not verified:
-            self._failed(f"none of the SRV records of {self.name!r} is in its domain")
+            self._failed(f"none of the SRV records of {self.name!r} names a host its rule "
+                         "lets in")
             return None
         if self._failing:
             _LOG.info("greenpool: the SRV records of %s are found again", self.name)
