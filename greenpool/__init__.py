@@ -7,8 +7,9 @@ client on top (:class:`Client`).
 
 Every name an application imports is here, in :mod:`greenpool.gridfs` (GridFS on the
 Client), in :mod:`greenpool.pymongo` (PyMongo's ``MongoClient`` on greenpool's pools),
-in :mod:`greenpool.testing` (servers for tests and trials) or in :mod:`greenpool.otel`
-(OpenTelemetry metrics, the ``otel`` extra).
+in :mod:`greenpool.testing` (servers for tests and trials), in :mod:`greenpool.otel`
+(OpenTelemetry metrics, the ``otel`` extra) or in :mod:`greenpool.flask_pymongo`
+(Flask-PyMongo's ``PyMongo`` on the Client).
 The modules behind them are arranged in layers (docs/architecture.rst) and may move.
 """
 

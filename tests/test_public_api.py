@@ -1,6 +1,6 @@
 """The public face: what an application imports, and only that, in the docs.
 
-Everything a user imports comes from five modules (PUBLIC). The API reference names only
+Everything a user imports comes from six modules (PUBLIC). The API reference names only
 them, and documents every name they export; the README, the docs and the examples import
 only from them. Paths earlier docs showed keep working, each with a DeprecationWarning
 that names the public path (greenpool/_moved.py), and greenpool itself never reads one.
@@ -24,7 +24,7 @@ from greenpool import _moved
 
 ROOT = Path(__file__).resolve().parents[1]
 PUBLIC = ("greenpool", "greenpool.gridfs", "greenpool.pymongo", "greenpool.testing",
-          "greenpool.otel")
+          "greenpool.otel", "greenpool.flask_pymongo")
 API = ROOT / "docs" / "api.rst"
 DOTTED = re.compile(r"\bgreenpool(?:\.[A-Za-z_][A-Za-z_0-9]*)*")
 IMPORT = re.compile(r"^\s*(?:from\s+(greenpool[\w.]*)\s+import|import\s+(greenpool[\w.]*))",
