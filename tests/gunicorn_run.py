@@ -33,15 +33,16 @@ def http_get(port: int, path: str = "/", timeout: float = 10.0) -> tuple[int, by
 
 @contextlib.contextmanager
 def gunicorn(example: Path, env: dict[str, str], log: Path, *, workers: int,
-             boot_timeout: float, ready_status: int | None = None) -> Iterator[int]:
-    """Run ``example``'s gunicorn.conf.py and app:app; yield its port once all
+             boot_timeout: float, ready_status: int | None = None,
+             app: str = "app:app") -> Iterator[int]:
+    """Run ``example``'s gunicorn.conf.py and ``app``; yield its port once all
     ``workers`` booted and ``/`` answers (with ``ready_status``, when given)."""
     port = free_port()
     env = dict(os.environ, **env, PORT=str(port), WORKERS=str(workers),
                PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     with log.open("wb") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py", "app:app"],
+            [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py", app],
             cwd=example, env=env, stdin=subprocess.DEVNULL, stdout=out,
             stderr=subprocess.STDOUT, start_new_session=True)
     try:

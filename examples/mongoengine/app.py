@@ -1,14 +1,18 @@
-"""A WSGI app using MongoEngine, with greenpool's pools under PyMongo's client.
+"""A WSGI app using MongoEngine, with greenpool's pools under PyMongo's client, or on
+greenpool's own driver.
 
 Run it with gunicorn's gevent workers (see gunicorn.conf.py)::
 
     MONGODB_URI=mongodb://127.0.0.1:27017/shop PORT=8000 gunicorn -c gunicorn.conf.py app:app
+    MONGOENGINE_CLIENT=greenpool MONGODB_URI=... gunicorn -c gunicorn.conf.py app:app
 
 MongoEngine's ``connect()`` passes the keyword arguments it does not know on to
 the ``MongoClient`` it builds: :func:`greenpool.pymongo.client_kwargs` adds to
 the app's own options what gives that client greenpool's application pools
 (FIFO waits, kill safety). Documents, querysets and everything else stay
-MongoEngine's.
+MongoEngine's. With ``MONGOENGINE_CLIENT=greenpool``, ``connect()`` is given
+``mongo_client_class=greenpool.Client`` instead, and builds greenpool's driver with
+the same arguments.
 
 ``GET /visit/<name>`` counts a visit atomically (``modify`` with ``upsert``) and
 answers the new count, the worker's pid and the class of the pools serving the
@@ -24,12 +28,16 @@ from typing import Any, ClassVar
 
 from mongoengine import Document, IntField, NotUniqueError, StringField, connect, get_connection
 
+import greenpool
 from greenpool.pymongo import client_kwargs
 
+URI = os.environ.get("MONGODB_URI", "mongodb://127.0.0.1:27017/shop")
 # connect=False: nothing is opened in gunicorn's master (preload_app); each worker's
 # client connects on first use, after the fork.
-connect(host=os.environ.get("MONGODB_URI", "mongodb://127.0.0.1:27017/shop"),
-        **client_kwargs(maxPoolSize=10, connect=False))
+if os.environ.get("MONGOENGINE_CLIENT") == "greenpool":
+    connect(host=URI, mongo_client_class=greenpool.Client, maxPoolSize=10, connect=False)
+else:
+    connect(host=URI, **client_kwargs(maxPoolSize=10, connect=False))
 
 
 class Visit(Document):
@@ -39,9 +47,12 @@ class Visit(Document):
 
 
 def pool_classes() -> list[str]:
-    """The classes of the client's application pools (a look at PyMongo internals,
-    to show which pool serves the app)."""
-    servers = get_connection()._topology._servers.values()
+    """The classes of the client's application pools (greenpool.Client's ``pools``; on
+    PyMongo's client, a look at its internals, to show which pool serves the app)."""
+    client = get_connection()
+    if isinstance(client, greenpool.Client):
+        return sorted({type(pool).__name__ for pool in client.pools.values()})
+    servers = client._topology._servers.values()
     return sorted({type(server.pool).__name__ for server in servers})
 
 

@@ -1,0 +1,1 @@
+"""A Django project whose views use greenpool.Client (see ``mongo.py``)."""
