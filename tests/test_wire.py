@@ -274,6 +274,15 @@ def test_exhaust_allowed_is_an_optional_bit() -> None:
     assert message.flags == 1 << 16 and not message.more_to_come
 
 
+def test_an_outgoing_command_may_allow_exhaust() -> None:
+    # An exhaust cursor's getMore: exhaustAllowed, with the command's codec options.
+    command = wire.Outgoing({"getMore": 7, "collection": "c"})
+    _, data = wire.encode_outgoing(command, "db", exhaust_allowed=True)
+    assert struct.unpack_from("<I", data, 16) == (wire.EXHAUST_ALLOWED,)
+    _, plain = wire.encode_outgoing(command, "db")
+    assert struct.unpack_from("<I", plain, 16) == (0,)
+
+
 @pytest.mark.parametrize("bit", range(2, 16))
 def test_unknown_required_flag_bits(bit: int) -> None:
     with pytest.raises(ProtocolError, match="unknown required flag bits"):

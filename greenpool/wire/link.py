@@ -57,7 +57,7 @@ import weakref
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
-from bson.codec_options import CodecOptions
+from bson.codec_options import DEFAULT_CODEC_OPTIONS, CodecOptions
 from bson.objectid import ObjectId
 from gevent.hub import get_hub, getcurrent
 from pymongo.errors import AutoReconnect, NetworkTimeout
@@ -356,10 +356,12 @@ class Link:
         replies to the last request are still coming; nothing is sent then.
 
         An :class:`~greenpool.wire.messages.Outgoing` command goes as its
-        options say (codec options, a document sequence, no reply for w=0).
+        options say (codec options, a document sequence, no reply for w=0);
+        with ``exhaust_allowed`` its stream's replies decode with its codec
+        options too (pass them to :meth:`receive`).
         """
         if type(command) is Outgoing:
-            return self._command_outgoing(db, command, timeout, request_id)
+            return self._command_outgoing(db, command, timeout, request_id, exhaust_allowed)
         self._check_usable()
         # Compressing a large message yields (it runs in gevent's threadpool):
         # the link is taken meanwhile. Nothing is sent yet, so an error or a
@@ -377,7 +379,7 @@ class Link:
         return check_reply(message.document)
 
     def _command_outgoing(self, db: str, command: Outgoing, timeout: float | None,
-                          request_id: int | None) -> dict[str, Any]:
+                          request_id: int | None, exhaust_allowed: bool) -> dict[str, Any]:
         """:meth:`command` for an :class:`~greenpool.wire.messages.Outgoing`."""
         self._check_usable()
         self._busy = True  # as in command: nothing is sent while encoding
@@ -385,7 +387,8 @@ class Link:
             request_id, data = encode_outgoing(
                 command, db, request_id=request_id, compressor=self._compressor,
                 max_message_size=self._max_message_size,
-                max_bson_size=self._hello.get("maxBsonObjectSize") if self._hello else None)
+                max_bson_size=self._hello.get("maxBsonObjectSize") if self._hello else None,
+                exhaust_allowed=exhaust_allowed)
         finally:
             self._busy = False
         if command.unacknowledged:
@@ -396,13 +399,18 @@ class Link:
         codec_options = command.codec_options
 
         def read(answering: int, deadline: float | None) -> dict[str, Any]:
+            if exhaust_allowed:
+                return self._read_op_msg(answering, (answering,), deadline, stream=True,
+                                         codec_options=codec_options).document
             return self._read_decoded(answering, deadline, codec_options)
 
         reply = command.reply = self._round_trip(request_id, data, timeout, read)
         return check_reply(reply, raise_write_concern_error=not reply.get("writeErrors"))
 
-    def receive(self, *, timeout: float | None = None) -> dict[str, Any]:
-        """Read the next reply of a ``moreToCome`` stream (see :attr:`more_to_come`).
+    def receive(self, *, timeout: float | None = None,
+                codec_options: CodecOptions[Any] | None = None) -> dict[str, Any]:
+        """Read the next reply of a ``moreToCome`` stream (see :attr:`more_to_come`),
+        decoded with ``codec_options`` (default: plain dicts).
 
         ``timeout`` and errors are as for :meth:`command`.
         """
@@ -412,7 +420,8 @@ class Link:
         request_id, last_reply_id = self._more_to_come
         with self._exchange(timeout) as deadline:
             message = self._read_op_msg(
-                request_id, (last_reply_id, request_id), deadline, stream=True)
+                request_id, (last_reply_id, request_id), deadline, stream=True,
+                codec_options=codec_options or DEFAULT_CODEC_OPTIONS)
         return check_reply(message.document)
 
     # -- streams waited for in the background ------------------------------------------------
@@ -676,7 +685,7 @@ class Link:
 
     def _read_op_msg(
         self, request_id: int, answering: tuple[int, ...], deadline: float | None, *,
-        stream: bool,
+        stream: bool, codec_options: CodecOptions[Any] = DEFAULT_CODEC_OPTIONS,
     ) -> Message:
         """The next OP_MSG, which must answer one of the ids in ``answering``;
         flagged moreToCome only if ``stream`` (the request allowed exhaust).
@@ -691,7 +700,8 @@ class Link:
             body: bytes | bytearray = self._recv_exactly(header.length - HEADER_SIZE, deadline)
         else:
             header, body = self._recv_reply(deadline)
-        message = decode_message(header, body, max_message_size=limit)
+        message = decode_message(header, body, max_message_size=limit,
+                                 codec_options=codec_options)
         self._spoke_mongodb = True
         _check_response_to(message.response_to, answering)
         check_reply_fields(message.document)

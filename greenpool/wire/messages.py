@@ -341,10 +341,12 @@ def encode_outgoing(
     compressor: Compressor | None = None,
     max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
     max_bson_size: int | None = None,
+    exhaust_allowed: bool = False,
 ) -> tuple[int, bytes]:
     """Encode ``command`` as one OP_MSG as its options say (see
     :class:`Outgoing`): the body with the command's codec options, then its
-    document sequence if it has one; moreToCome if unacknowledged. Size,
+    document sequence if it has one; moreToCome if unacknowledged;
+    exhaustAllowed if ``exhaust_allowed`` (an exhaust cursor's getMore). Size,
     compression and errors are as for :func:`encode_command`; besides, a
     body over ``max_bson_size`` (the server's maxBsonObjectSize) and the room
     a command may add to it raises :class:`pymongo.errors.DocumentTooLarge`,
@@ -363,7 +365,9 @@ def encode_outgoing(
         raise DocumentTooLarge(
             f"command {name!r} is {len(document)} bytes, over the server's limit of "
             f"{max_bson_size + COMMAND_OVERHEAD} (maxBsonObjectSize and a command's room)")
-    parts = [_UINT32.pack(MORE_TO_COME if command.unacknowledged else 0), b"\x00", document]
+    flags = (MORE_TO_COME if command.unacknowledged else 0) | (
+        EXHAUST_ALLOWED if exhaust_allowed else 0)
+    parts = [_UINT32.pack(flags), b"\x00", document]
     if field is not None:
         parts += _document_sequence(field, command.encoded)
         for extra, encoded in command.more_sequences:
