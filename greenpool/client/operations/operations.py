@@ -388,12 +388,18 @@ class Operations:
 
     def send(self, conn: Connection[Link], dbname: str, command: dict[str, Any],
              session: SessionLike | None, deadline: Deadline | None = None,
-             max_time: bool = True) -> dict[str, Any]:
+             max_time: bool = True, exhaust: bool = False) -> dict[str, Any]:
         """One round trip on ``conn`` with command events; errors go through SDAM.
 
         Under a ``deadline`` the round trip gets the time left, and
         ``maxTimeMS`` is added if ``max_time``; with too little time left
-        nothing is sent (the caller checks the connection back in)."""
+        nothing is sent (the caller checks the connection back in).
+
+        ``exhaust`` (an exhaust cursor's getMore): the command goes with
+        exhaustAllowed, so the server may stream its replies (moreToCome);
+        while the link says more are coming, nothing is sent and the next
+        reply is read instead, ``command`` standing for it in the events
+        (request id 0, as PyMongo publishes such a getMore)."""
         link = conn.transport
         assert link is not None  # a checked-out connection is established
         round_trip: float | None = None
@@ -425,7 +431,8 @@ class Operations:
             # The hot path: no command events or messages, so no request ID or clock
             # of our own.
             try:
-                reply = link.command(dbname, command, timeout=round_trip)
+                reply = (link.command(dbname, command, timeout=round_trip) if not exhaust
+                         else _exhaust_exchange(link, dbname, command, None, round_trip))
             except PyMongoError as error:
                 self._failed(error, conn, session, command)
                 raise
@@ -441,7 +448,7 @@ class Operations:
             if session is not None:
                 session.received(reply)
             return reply
-        return self._send_with_events(conn, link, dbname, command, session, round_trip)
+        return self._send_with_events(conn, link, dbname, command, session, round_trip, exhaust)
 
     def _gossip(self, reply: Mapping[str, Any], session: SessionLike | None) -> None:
         """A reply's ``$clusterTime`` advances the client's and the session's
@@ -465,10 +472,11 @@ class Operations:
 
     def _send_with_events(self, conn: Connection[Link], link: Link, dbname: str,
                           command: dict[str, Any], session: SessionLike | None,
-                          round_trip: float | None) -> dict[str, Any]:
+                          round_trip: float | None, exhaust: bool = False) -> dict[str, Any]:
         """:meth:`send`'s round trip with command started / succeeded / failed events."""
         name = next(iter(command))
-        request_id = next_request_id()
+        # A reply read off an exhaust stream answers no request of its own.
+        request_id = 0 if exhaust and link.more_to_come else next_request_id()
         events = self._commands
         service_id, server_id = conn.service_id, link.server_connection_id
         address = conn.address
@@ -477,7 +485,9 @@ class Operations:
         events.started(command, dbname, request_id, address, service_id, server_id, log)
         started = time.perf_counter()
         try:
-            reply = link.command(dbname, command, request_id=request_id, timeout=round_trip)
+            reply = (link.command(dbname, command, request_id=request_id, timeout=round_trip)
+                     if not exhaust else
+                     _exhaust_exchange(link, dbname, command, request_id, round_trip))
         except PyMongoError as error:
             seconds = time.perf_counter() - started
             answered = getattr(command, "reply", None)
@@ -876,6 +886,17 @@ class Operations:
 class _Unsupported(Exception):
     """A retry found a server that does not support retryable writes: the
     previous error is the one to report."""
+
+
+def _exhaust_exchange(link: Link, dbname: str, command: dict[str, Any],
+                      request_id: int | None, timeout: float | None) -> dict[str, Any]:
+    """An exhaust cursor's getMore on ``link``: the next reply of the stream
+    if more are coming, else ``command`` sent with exhaustAllowed (a server
+    that does not stream answers it once, as any getMore)."""
+    if link.more_to_come:
+        return link.receive(timeout=timeout, codec_options=getattr(command, "codec_options", None))
+    return link.command(dbname, command, request_id=request_id or None, timeout=timeout,
+                        exhaust_allowed=True)
 
 
 def _labelled_retryable(error: PyMongoError) -> bool:

@@ -216,13 +216,14 @@ class TracedOperations(Operations):
 
     def send(self, conn: Connection[Link], dbname: str, command: dict[str, Any],
              session: SessionLike | None, deadline: Deadline | None = None,
-             max_time: bool = True) -> dict[str, Any]:
+             max_time: bool = True, exhaust: bool = False) -> dict[str, Any]:
         if is_sensitive(next(iter(command)), command):
             return super().send(conn, dbname, command, session, deadline, max_time)
         if _CURRENT.get() is None:  # a getMore on a pinned connection, a killCursors
             with self._operation(dbname, command, session):
-                return self._send_in_span(conn, dbname, command, session, deadline, max_time)
-        return self._send_in_span(conn, dbname, command, session, deadline, max_time)
+                return self._send_in_span(conn, dbname, command, session, deadline, max_time,
+                                          exhaust)
+        return self._send_in_span(conn, dbname, command, session, deadline, max_time, exhaust)
 
     def session_ended(self, session: SessionLike) -> None:
         super().session_ended(session)
@@ -259,7 +260,7 @@ class TracedOperations(Operations):
 
     def _send_in_span(self, conn: Connection[Link], dbname: str, command: dict[str, Any],
                       session: SessionLike | None, deadline: Deadline | None,
-                      max_time: bool) -> dict[str, Any]:
+                      max_time: bool, exhaust: bool = False) -> dict[str, Any]:
         operation = _CURRENT.get()
         assert operation is not None
         if operation.span is None:
@@ -272,7 +273,7 @@ class TracedOperations(Operations):
             spans.command_attributes(dbname, command, conn,
                                      None if link is None else link.server_connection_id))
         try:
-            reply = super().send(conn, dbname, command, session, deadline, max_time)
+            reply = super().send(conn, dbname, command, session, deadline, max_time, exhaust)
             span.set_attributes(spans.reply_attributes(reply))
             return reply
         except BaseException as error:
