@@ -23,6 +23,7 @@ from bson.son import SON
 from pymongo import (
     ASCENDING,
     DESCENDING,
+    CursorType,
     DeleteMany,
     DeleteOne,
     IndexModel,
@@ -276,6 +277,18 @@ SCENARIOS: dict[str, Scenario] = {
     "cursor min max": seeded(lambda c: [c.create_index("x"), c.find().hint([("x", 1)]).min(
         [("x", 1)]).max([("x", 2)]).to_list()]),
     "cursor add_option partial": seeded(lambda c: c.find().add_option(128).sort("_id").to_list()),
+    "cursor exhaust": seeded(lambda c: c.find(cursor_type=CursorType.EXHAUST, batch_size=2)
+                             .sort("_id").to_list()),
+    "cursor exhaust add_option": seeded(lambda c: [
+        (lambda cursor: [cursor.to_list(3), cursor.alive, cursor.to_list(), cursor.alive])(
+            c.find().add_option(64).batch_size(1).sort("_id"))]),
+    "cursor exhaust with a limit": lambda c: c.find(cursor_type=CursorType.EXHAUST, limit=2),
+    "cursor exhaust then limit": lambda c: c.find(cursor_type=CursorType.EXHAUST).limit(0),
+    "cursor limit then exhaust": lambda c: c.find().limit(2).add_option(64),
+    "cursor exhaust removed": seeded(lambda c: c.find(cursor_type=CursorType.EXHAUST)
+                                     .remove_option(64).limit(2).sort("_id").to_list()),
+    "cursor exhaust index": seeded(lambda c: c.find(cursor_type=CursorType.EXHAUST)[1]),
+    "find_one exhaust": seeded(lambda c: c.find_one({}, cursor_type=CursorType.EXHAUST)),
     "cursor address": seeded(lambda c: (lambda cursor: [cursor.address, next(cursor),
                                                         cursor.address is not None])(
         c.find().batch_size(1))),

@@ -165,12 +165,10 @@ def test_max_await_time_ms_on_a_cursor_that_does_not_wait_warns(server: FakeServ
     assert "maxTimeMS" not in sent(server, "getMore")[0]
 
 
-def test_exhaust_and_unknown_cursor_types_are_refused(server: FakeServer) -> None:
-    with connect(server) as client:
-        with pytest.raises(ValueError, match="no exhaust cursors"):
-            client.db.c.find(cursor_type=CursorType.EXHAUST)
-        with pytest.raises(ValueError, match="cursor_type must be"):
-            client.db.c.find(cursor_type=5)
+def test_unknown_cursor_types_are_refused(server: FakeServer) -> None:
+    # Exhaust cursors: tests/test_exhaust_cursors.py.
+    with connect(server) as client, pytest.raises(ValueError, match="cursor_type must be"):
+        client.db.c.find(cursor_type=5)
 
 
 # -- a database's aggregate and cursor_command --------------------------------------------

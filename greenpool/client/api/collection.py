@@ -987,16 +987,18 @@ class Collection:
     def _open_cursor(self, command: Outgoing, session: Session | None, batch_size: int | None,
                      preference: _ServerMode | None = None, *,
                      max_await_time_ms: int | None = None,
-                     timeout_mode: str | None = None, raw_batches: bool = False) -> Cursor:
+                     timeout_mode: str | None = None, raw_batches: bool = False,
+                     exhaust: bool = False) -> Cursor:
         """Open a server cursor with ``command`` (find, aggregate, list*);
-        ``raw_batches``: one that reads each batch as its BSON bytes."""
+        ``raw_batches``: one that reads each batch as its BSON bytes;
+        ``exhaust``: one whose getMores are an exhaust stream."""
         preference = preference or self._read_preference
         if session is not None:
             preference = self._in_session(command, session, preference)
         return Cursor(self._ops, self._db, command, batch_size=batch_size, session=session,
                       read_preference=preference,
                       max_await_time_ms=max_await_time_ms, timeout_mode=timeout_mode,
-                      raw_batches=raw_batches)
+                      raw_batches=raw_batches, exhaust=exhaust)
 
     def _in_session(self, command: Outgoing, session: Session,
                     preference: _ServerMode) -> _ServerMode:

@@ -34,6 +34,25 @@ aggregate's comment goes on every getMore) and, given ``max_await_time_ms``,
 ``maxTimeMS``: how long the server waits for new data (awaitData), within the
 time left under timeoutMS (the CSOT spec).
 
+Exhaust cursors (``exhaust=True``: PyMongo's ``CursorType.EXHAUST``). The
+opening command goes as usual; its connection then stays with the cursor
+(pinned, in any topology) while the server cursor lives, and the getMore
+goes with the exhaustAllowed flag: the server streams the remaining batches
+as replies flagged moreToCome, each read off that connection without a
+request (one started/succeeded event pair per reply, as PyMongo publishes
+them). A server that does not stream answers the getMore once, and the
+cursor sends the next itself. The connection goes back to the pool when the
+server's cursor id is 0. While replies are still coming the connection
+cannot carry anything else: closing the cursor then (``close()``, garbage
+collection) closes the connection instead of sending killCursors (which,
+on the server, ends the cursor), as does any failure or kill
+(``GreenletExit``, ``gevent.Timeout``) of a getMore on it; a getMore the
+server refuses ends the cursor without killCursors, its connection checked
+in. A mongos before MongoDB 7.1 (wire version 22), which cannot continue
+an exhaust stream, is refused with InvalidOperation before the opening
+command goes out, as PyMongo refuses it. In a load-balanced transaction the
+cursor reads on the transaction's connection, one getMore per batch.
+
 Raw batches (``raw_batches=True``: PyMongo's ``find_raw_batches`` and
 ``aggregate_raw_batches``): the replies decode as RawBSONDocument, and each
 non-empty batch is buffered as one ``bytes``, its documents' BSON as the
@@ -88,6 +107,8 @@ __all__ = ["Cursor"]
 
 #: The wire version (MongoDB 5.0) from which $out and $merge run on secondaries.
 _WRITE_STAGE_ON_SECONDARIES = 13
+#: The wire version (MongoDB 7.1) from which a mongos continues an exhaust stream.
+_MONGOS_EXHAUST = 22
 # Errors that say the server no longer has the cursor: CursorNotFound,
 # QueryPlanKilled, CursorKilled (no killCursors for them).
 _CURSOR_GONE = frozenset({43, 175, 237})
@@ -107,8 +128,11 @@ class Cursor:
                  timeout: float | None = None, timeout_mode: str | None = None,
                  read_preference: _ServerMode | None = None,
                  retry: bool | None = None, comment: Any = None,
-                 max_await_time_ms: int | None = None, raw_batches: bool = False) -> None:
+                 max_await_time_ms: int | None = None, raw_batches: bool = False,
+                 exhaust: bool = False) -> None:
         self._operations = operations
+        #: Whether the getMores go as an exhaust stream (see the module's docstring).
+        self._exhaust = exhaust
         #: The opening command's read preference (getMore and killCursors
         #: carry none).
         self._read_preference = read_preference
@@ -286,7 +310,10 @@ class Cursor:
             self._buffer.clear()
             self._operations.cursor_closed(self)
             try:
-                if self._id and (self._conn is None or self._conn.error is None):
+                # Mid-stream, no killCursors: the connection cannot carry it, and
+                # closing it (_release) ends the server cursor.
+                if self._id and not self._streaming and (
+                        self._conn is None or self._conn.error is None):
                     with contextlib.suppress(PyMongoError):
                         self._round_trip({"killCursors": self._collection,
                                           "cursors": [self._id]}, None, deadline)
@@ -305,6 +332,10 @@ class Cursor:
         if self._closed or (self._id == 0 and self._conn is None):
             return
         conn, self._conn = self._conn, None
+        if conn is not None and conn.transport is not None and conn.transport.more_to_come:
+            # An exhaust stream still coming: _reap closes the connection
+            # instead of sending killCursors on it.
+            conn.mark_errored(_mid_stream(self))
         server_session = self._server_session
         implicit = None if isinstance(server_session, bool | None) else server_session
         lsid = self._session.lsid if self._session is not None else (
@@ -364,6 +395,7 @@ class Cursor:
         self._round_trip(command, "firstBatch", deadline, max_time=max_time)
 
     def _get_more(self, deadline: Deadline | None) -> None:
+        """One getMore (for an exhaust cursor mid-stream, the next reply read)."""
         command: dict[str, Any] = {"getMore": self._id, "collection": self._collection}
         if self._codec_options is not None:
             command = Outgoing(command)
@@ -376,9 +408,19 @@ class Cursor:
             command["comment"] = self._comment
         try:
             self._more(command, deadline)
-        except OperationFailure as error:
+        except BaseException as error:
+            if not (self._exhaust and self._stream_failed(error)):
+                self._get_more_failed(error, deadline)
+            raise
+        if self._id == 0:
+            self._release()
+            self._end_implicit_session()
+
+    def _get_more_failed(self, error: BaseException, deadline: Deadline | None) -> None:
+        """What a failed getMore leaves of the cursor (the error is re-raised)."""
+        if isinstance(error, OperationFailure):
             if error.timeout:
-                raise
+                return
             if error_code(error) in _CURSOR_GONE:
                 self._id = 0
             if self._conn is None:
@@ -387,21 +429,43 @@ class Cursor:
                 self.close()
             # A pinned connection stays pinned until the caller closes the
             # cursor, which kills it over that connection (Load Balancer spec).
-            raise
-        except ConnectionFailure as error:
+        elif isinstance(error, ConnectionFailure):
             if error.timeout and deadline is not None and self._conn is None:
                 # Out of time: the server cursor still lives, and close()
                 # kills it over another connection (the CSOT spec's close).
                 self._lsid_dirty = True
-                raise
+                return
             # The server cursor is unreachable now: close must not try to
             # kill it, and a pinned connection stays pinned until close.
             self._id = 0
             self._end_implicit_session()
-            raise
-        if self._id == 0:
-            self._release()
-            self._end_implicit_session()
+
+    def _stream_failed(self, error: BaseException) -> bool:
+        """An exhaust cursor's getMore failed (or was killed) on its
+        connection: True if that ended the cursor, as PyMongo's ends. It ends
+        when replies may still be coming (the connection is closed: nothing
+        else can use it) or the server refused the getMore (no killCursors;
+        the connection, clean, checked in). Otherwise (nothing sent yet: out
+        of time, a kill before the send) the cursor stays as a pinned one
+        does. Nothing here yields while a kill propagates."""
+        conn = self._conn
+        if conn is None:
+            return False
+        link = conn.transport
+        streaming = conn.error is not None or link is None or link.more_to_come
+        if not (streaming or isinstance(error, OperationFailure)):
+            return False
+        if streaming:
+            conn.mark_errored(error)
+        self._conn, self._id, self._closed = None, 0, True
+        self._buffer.clear()
+        self._operations.cursor_closed(self)
+        if isinstance(error, Exception):
+            self._operations.unpin(conn)
+        else:
+            conn.pool.checkin_after_error(conn)  # a kill: its events later
+        self._end_implicit_session()
+        return True
 
     def _await_ms(self, deadline: Deadline | None) -> int:
         """An awaitData getMore's maxTimeMS: max_await_time_ms, within the
@@ -414,16 +478,28 @@ class Cursor:
 
     def _more(self, command: dict[str, Any], deadline: Deadline | None) -> None:
         """The getMore round trip, retried only after retryable overload errors
-        (Client Backpressure)."""
+        (Client Backpressure); never a reply read off an exhaust stream, which
+        no request of ours asked for (as PyMongo)."""
         def again() -> None:
             # Never maxTimeMS on a getMore: the server reads it as the wait
             # of an awaitData cursor, or refuses it (CSOT spec).
             self._round_trip(command, "nextBatch", deadline, max_time=False)
 
+        received = self._streaming
         try:
             again()
         except PyMongoError as error:
+            if received:
+                raise
             self._operations.retry_overloaded(error, again, command, deadline)
+
+    @property
+    def _streaming(self) -> bool:
+        """Whether the server is still streaming this exhaust cursor's replies
+        to its connection (the next one is read, nothing sent)."""
+        conn = self._conn
+        link = None if conn is None else conn.transport
+        return link is not None and link.more_to_come
 
     def _read(self, reply: Mapping[str, Any], field: str) -> None:
         cursor = reply.get("cursor")
@@ -467,7 +543,8 @@ class Cursor:
             session.decorate(command)
         if self._conn is not None:
             self._attach_lsid(command)
-            reply = ops.send(self._conn, self._db, command, session, deadline, max_time)
+            reply = ops.send(self._conn, self._db, command, session, deadline, max_time,
+                             self._exhaust and batch == "nextBatch")
             if batch is not None:
                 self._read(reply, batch)
             return
@@ -480,6 +557,8 @@ class Cursor:
             self._attach_lsid(command)
             if opening:
                 self._address = conn.address
+                if self._exhaust:
+                    _check_exhaust_supported(conn)
                 if self._read_preference is not None:
                     preference = _opening_preference(self._read_preference, command, conn,
                                                      ops.load_balanced)
@@ -506,8 +585,10 @@ class Cursor:
                 self._dropped = server_session
 
     def _keep(self, conn: Connection[Link]) -> bool:
-        """Pin ``conn`` (in load-balanced mode, while the server cursor lives)."""
-        if not self._operations.load_balanced or self._id == 0 or conn.error is not None:
+        """Pin ``conn`` (in load-balanced mode, or for an exhaust cursor,
+        while the server cursor lives)."""
+        if (not (self._operations.load_balanced or self._exhaust) or self._id == 0
+                or self._closed or conn.error is not None):
             return False
         self._conn = conn
         return True
@@ -515,6 +596,11 @@ class Cursor:
     def _release(self) -> None:
         conn, self._conn = self._conn, None
         if conn is not None:
+            link = conn.transport
+            if link is not None and link.more_to_come:
+                # Replies still coming (closed mid-stream, or a server that
+                # ended the cursor but not its stream): nothing else may use it.
+                conn.mark_errored(_mid_stream(self))
             self._operations.unpin(conn)
 
 
@@ -536,6 +622,23 @@ def _timeout_mode(command: Mapping[str, Any], mode: str | None,
         raise InvalidOperation("timeout_mode='iteration' cannot bound an aggregate with "
                                "$out or $merge")
     return mode
+
+
+def _mid_stream(cursor: Cursor) -> InvalidOperation:
+    """Why an exhaust cursor's connection is closed, not reused (its error)."""
+    return InvalidOperation(f"{cursor!r} ended while the server was still streaming its "
+                            "replies: the connection cannot be reused")
+
+
+def _check_exhaust_supported(conn: Connection[Link]) -> None:
+    """Refuse an exhaust cursor on a mongos older than MongoDB 7.1, which
+    cannot continue the stream (PyMongo's rule and words; a load balancer's
+    mongos is not refused: its cursors are pinned anyway)."""
+    link = conn.transport
+    hello = None if link is None else link.hello
+    if (link is not None and hello is not None and hello.get("msg") == "isdbgrid"
+            and link.service_id is None and link.max_wire_version < _MONGOS_EXHAUST):
+        raise InvalidOperation("Exhaust cursors require MongoDB 7.1+ when connected to mongos.")
 
 
 def _decode_raw(command: dict[str, Any]) -> None:

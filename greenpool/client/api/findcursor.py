@@ -14,6 +14,16 @@ batch forms (``find_raw_batches``, ``aggregate_raw_batches``).
 Both iterate, give ``to_list()``, ``close()`` and work as context managers,
 as PyMongo's do.
 
+Exhaust cursors (``cursor_type=CursorType.EXHAUST``, or ``add_option(64)``):
+the server streams the batches after the first over the cursor's own
+connection, as PyMongo's do (see :mod:`greenpool.client.api.cursor`). As in
+PyMongo, an exhaust cursor takes no limit (``limit()``, ``find_one``,
+``cursor[n]``: InvalidOperation) and ``remove_option(64)`` makes it an
+ordinary cursor again::
+
+    for document in collection.find({}, cursor_type=CursorType.EXHAUST, batch_size=500):
+        ...
+
 Rules. This module sends nothing itself: a FindCursor asks its collection
 (the :class:`CollectionLike` protocol) to build and open, and never imports
 ``collection.py``.
@@ -58,7 +68,7 @@ class CollectionLike(Protocol):
     def _open_cursor(self, command: Outgoing, session: Session | None, batch_size: int | None,
                      preference: _ServerMode | None = None, *,
                      max_await_time_ms: int | None = None,
-                     raw_batches: bool = False) -> Cursor: ...
+                     raw_batches: bool = False, exhaust: bool = False) -> Cursor: ...
 
 
 def index_document(keys: Any, direction: Any = None) -> dict[str, Any]:
@@ -117,14 +127,14 @@ _FIELDS = {
 # flag 2, awaitData 32, exhaust 64.
 NON_TAILABLE, _TAILABLE_FLAG, _AWAIT_DATA_FLAG, EXHAUST = 0, 2, 32, 64
 TAILABLE, TAILABLE_AWAIT = _TAILABLE_FLAG, _TAILABLE_FLAG | _AWAIT_DATA_FLAG
-_CURSOR_TYPES = (NON_TAILABLE, TAILABLE, TAILABLE_AWAIT)
+_CURSOR_TYPES = (NON_TAILABLE, TAILABLE, TAILABLE_AWAIT, EXHAUST)
 # The other query flags add_option() and remove_option() take (the wire's
 # OP_QUERY bits, as PyMongo's), and the find fields they set; 4 (secondaryOk)
 # means nothing to a find command.
 _FLAG_FIELDS = {8: "oplogReplay", 16: "noCursorTimeout", 128: "allowPartialResults"}
 _KNOWN_FLAGS = _TAILABLE_FLAG | 4 | _AWAIT_DATA_FLAG | EXHAUST | sum(_FLAG_FIELDS)
-_NO_EXHAUST = ("greenpool.Client has no exhaust cursors (greenpool.pymongo.MongoClient "
-               "has them)")
+#: PyMongo's words for an exhaust cursor given a limit, or a limit given one.
+_EXHAUST_LIMIT = "Can't use limit and exhaust together."
 
 
 class FindCursor:
@@ -147,10 +157,12 @@ class FindCursor:
                             f"not {filter!r}")
         if cursor_type not in _CURSOR_TYPES:
             raise ValueError(
-                f"cursor_type must be CursorType.NON_TAILABLE, TAILABLE or TAILABLE_AWAIT, "
-                f"not {cursor_type!r}" + (f"; {_NO_EXHAUST}" if cursor_type == EXHAUST else ""))
+                f"cursor_type must be CursorType.NON_TAILABLE, TAILABLE, TAILABLE_AWAIT or "
+                f"EXHAUST, not {cursor_type!r}")
         self._collection = collection
-        self._cursor_type = cursor_type
+        #: The tailable and awaitData flags (exhaust is ``_exhaust``).
+        self._cursor_type = cursor_type & TAILABLE_AWAIT
+        self._exhaust = False
         self._max_await_time_ms: int | None = None
         self._filter = filter if filter is not None else {}
         self._projection = None if projection is None else projection_document(projection)
@@ -164,6 +176,10 @@ class FindCursor:
         self._skip = self._limit = self._batch_size = 0
         self.skip(skip)
         self.limit(limit)
+        if cursor_type == EXHAUST:
+            if self._limit:
+                raise InvalidOperation(_EXHAUST_LIMIT)
+            self._exhaust = True
         self.batch_size(batch_size)
         self._sort = None if sort is None else index_document(sort)
         self._hint: Any = None
@@ -198,10 +214,13 @@ class FindCursor:
         return self
 
     def limit(self, limit: int) -> FindCursor:
-        """Return at most this many documents (0: no limit; negative: in one batch)."""
-        self._check_not_started()
+        """Return at most this many documents (0: no limit; negative: in one
+        batch). An exhaust cursor takes none, as PyMongo's (InvalidOperation)."""
         if not isinstance(limit, int) or isinstance(limit, bool):
             raise TypeError(f"limit must be an int, not {limit!r}")
+        if self._exhaust:
+            raise InvalidOperation(_EXHAUST_LIMIT)
+        self._check_not_started()
         self._limit = limit
         return self
 
@@ -276,11 +295,13 @@ class FindCursor:
 
     def add_option(self, mask: int) -> FindCursor:
         """Set query flags, as PyMongo's: 2 tailable, 8 oplogReplay, 16
-        noCursorTimeout, 32 awaitData, 128 partial results (64, exhaust, is
-        refused: greenpool.Client has no exhaust cursors)."""
+        noCursorTimeout, 32 awaitData, 64 exhaust (not with a limit:
+        InvalidOperation), 128 partial results."""
         self._check_flags(mask)
         if mask & EXHAUST:
-            raise InvalidOperation(f"add_option(64), an exhaust cursor: {_NO_EXHAUST}")
+            if self._limit:
+                raise InvalidOperation(_EXHAUST_LIMIT)
+            self._exhaust = True
         self._cursor_type |= mask & (_TAILABLE_FLAG | _AWAIT_DATA_FLAG)
         for flag, field in _FLAG_FIELDS.items():
             if mask & flag:
@@ -288,8 +309,10 @@ class FindCursor:
         return self
 
     def remove_option(self, mask: int) -> FindCursor:
-        """Clear query flags (those of :meth:`add_option`)."""
+        """Clear query flags (those of :meth:`add_option`; 64: no longer exhaust)."""
         self._check_flags(mask)
+        if mask & EXHAUST:
+            self._exhaust = False
         self._cursor_type &= ~mask
         for flag, field in _FLAG_FIELDS.items():
             if mask & flag:
@@ -347,7 +370,7 @@ class FindCursor:
 
     def _single_batch_command(self) -> tuple[Outgoing, Session | None]:
         """find_one's command (one document, in one batch) and session."""
-        self._limit = -1
+        self.limit(-1)
         return self._command(), self._session
 
     # -- copies, items and other queries on the same documents -------------------------------
@@ -429,7 +452,8 @@ class FindCursor:
         if self._cursor is None:
             self._cursor = self._collection._open_cursor(
                 self._command(), self._session, self._batch_size or None,
-                max_await_time_ms=self._max_await_time_ms, raw_batches=self._raw_batches)
+                max_await_time_ms=self._max_await_time_ms, raw_batches=self._raw_batches,
+                exhaust=self._exhaust)
         return self._cursor
 
     def __iter__(self) -> Iterator[Any]:
