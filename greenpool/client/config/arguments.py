@@ -62,7 +62,8 @@ REFUSED: Final = {
         "client-side field level encryption is not in greenpool.Client; "
         "greenpool.pymongo.MongoClient (PyMongo's client on greenpool's pool) has it"),
     "authoidcallowedhosts": (
-        "greenpool.Client authenticates with SCRAM only, not MONGODB-OIDC; "
+        "greenpool.Client authenticates with SCRAM-SHA-256 and SCRAM-SHA-1 only, not "
+        "MONGODB-OIDC; "
         "greenpool.pymongo.MongoClient has OIDC"),
 }
 
