@@ -13,6 +13,7 @@
     python3 devtools/dev.py gevent-matrix [VERSION...|--ci]  # greenpool's tests per gevent
     python3 devtools/dev.py python-matrix [VERSION...]  # the whole suite on each other Python
     python3 devtools/dev.py slow    # the long runs the test command leaves out
+    python3 devtools/dev.py perf    # instruction counts against the record; --record
     python3 devtools/dev.py drift   # the suite on the newest versions allowed, vs the lock
     python3 devtools/dev.py lock    # write constraints.txt anew from the newest versions
 
@@ -50,7 +51,14 @@ own release is the test command's), each installed the same way into
 (PYTHON_MATRIX), each in ``.venv-py<version>`` with the lock; it finds each interpreter
 in pyenv's versions or on PATH, and fails naming any it cannot find.
 
-``slow`` runs the tests marked ``slow``, which the test command leaves out.
+``slow`` runs the tests marked ``slow``, which the test command leaves out, then ``perf``
+where valgrind is installed (else it says NOT TESTED).
+
+``perf`` counts, with valgrind's callgrind, the instructions of the figures the same tree
+counts alike run after run (the pool's checkout and checkin, greenpool.Client's
+collection calls at one greenlet: benchmarks/instructions.py --guard), compares them with
+benchmarks/recorded/instructions.json and fails if any grew more than 5%;
+``perf --record`` writes that file anew.
 
 docs/development.rst says all this at more length.
 
@@ -541,11 +549,36 @@ def mongoengine_suite(args: list[str]) -> None:
 
 
 def slow(args: list[str]) -> None:
-    """The tests marked slow, which the test command leaves out (tests/slow_tests.py);
-    ``args`` go to pytest."""
+    """The tests marked slow, which the test command leaves out (tests/slow_tests.py;
+    ``args`` go to pytest), then ``perf`` where valgrind is installed."""
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
     run(PYTHON, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--slow", "-m", "slow", *args,
         env=env)
+    reason = cannot_count()
+    if reason is None:
+        perf([])
+    else:
+        print(f"+ NOT TESTED: perf, the instruction counts against the record, as {reason}",
+              flush=True)
+
+
+def cannot_count() -> str | None:
+    """Why ``perf`` cannot count instructions here, or None."""
+    if shutil.which("valgrind") is None:
+        return "valgrind is not on PATH (Debian: apt install valgrind)"
+    return None
+
+
+def perf(args: list[str]) -> None:
+    """The regression guard: instruction counts of the stable figures against
+    benchmarks/recorded/instructions.json, failing on a growth over 5%; ``--record``
+    writes that file anew (benchmarks/instructions.py --guard)."""
+    if args not in ([], ["--record"]):
+        sys.exit(f"usage: python3 devtools/dev.py perf [--record], not {' '.join(args)!r}")
+    reason = cannot_count()
+    if reason is not None:
+        sys.exit(f"perf: cannot count instructions, as {reason}; nothing was compared")
+    run(PYTHON, "benchmarks/instructions.py", "--guard", *args)
 
 
 def cooperative(args: list[str]) -> None:
@@ -664,7 +697,7 @@ def pymongo_releases_beyond_matrix(python: Path) -> list[str]:
 JOBS = {"bench": bench, "compile": compile_build, "cooperative": cooperative, "demo": demo,
         "drift": drift, "durations": durations, "faults": faults,
         "gevent-matrix": gevent_matrix, "lock": lock, "mongoengine-suite": mongoengine_suite,
-        "pymongo-matrix": pymongo_matrix,
+        "perf": perf, "pymongo-matrix": pymongo_matrix,
         "pymongo-suite": pymongo_suite, "python-matrix": python_matrix, "slow": slow,
         "test": test}
 
