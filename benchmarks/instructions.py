@@ -7,8 +7,10 @@
 
 CPU time per operation on a shared machine moves by 20-40% from run to run
 (bench.py's tables). This counts instead the user-space instructions the
-contender process executes, which do not depend on the machine's load: the
-same run twice differs by about 0.003%.
+contender process executes, which do not depend on the machine's load: counted
+twice on the same tree, the pool's cycles differ by under 0.05% and one greenlet's
+collection calls by under 0.3%, but the Client's pings by up to about 11% (the order in
+which the server's replies meet the waiting greenlets changes from run to run).
 
 Each contender is ``benchmarks/profile_client.py --plain`` (its own
 SecantusDB on 127.0.0.1, not traced) run under ``valgrind --tool=callgrind``
