@@ -29,7 +29,8 @@ BASE = "mongodb://user:pw@127.0.0.1:9/"
 
 #: Acted on by the topology work (discovery, selection, monitoring), tested there.
 TOPOLOGY = {"replicaSet", "directConnection", "localThresholdMS", "serverMonitoringMode",
-            "srvMaxHosts", "srvServiceName", "readPreference", "readPreferenceTags",
+            "srvMaxHosts", "srvServiceName", "srvAllowedHostsSuffix", "readPreference",
+            "readPreferenceTags",
             "maxStalenessSeconds", "heartbeatFrequencyMS", "serverSelectionTimeoutMS"}
 
 #: TLS options that need tls=true: alone, they warn.

@@ -950,6 +950,7 @@ def _settings(
 ) -> ClientSettings:
     values = {key: converted for key, (_, _, converted) in options.items()}
     take = values.pop
+    take("srvallowedhostssuffix", None)  # in srv_rule
     insecure = take("tlsinsecure", False)
     tls = take("tls", take("ssl", None))
     if tls is None:
